@@ -1,0 +1,1 @@
+"""The suite's harness: benchmark cases, GPU timing and the regression gate."""

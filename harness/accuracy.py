@@ -1,0 +1,40 @@
+"""Run a LayerNorm kernel against the float64 reference; shared by the tests and
+``nox -s accuracy``.
+
+Outputs are poisoned with NaN before every launch, so an element a kernel
+fails to write shows up as a NaN error.
+"""
+
+import torch
+
+from harness.cases import LayerNormCase
+from kernels.layer_norm.ops import layer_norm_bwd, layer_norm_fwd, select_variant
+from kernels.layer_norm.reference import layer_norm_ref
+
+QUANTITIES = ("y", "mean", "rstd", "dx", "dw", "db")
+
+
+def _poisoned(*shape_like):
+    return tuple(torch.full_like(t, float("nan")) for t in shape_like)
+
+
+def run_layer_norm(case: LayerNormCase, variant: str, device) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{quantity: (kernel result, float64 reference)} on fresh random inputs."""
+    x, w, b = case.make_inputs(device)
+    dy = torch.randn_like(x)
+    variant = select_variant(variant, case.n)
+    mean_out = torch.empty(case.m, dtype=torch.float32, device=device)
+    y, mean, rstd = layer_norm_fwd(x, w, b, case.eps, variant, out=_poisoned(x, mean_out, mean_out))
+    dx, dw, db = layer_norm_bwd(dy, x, w, b, mean, rstd, variant, out=_poisoned(x, w, b))
+    ref = layer_norm_ref(x, w, b, case.eps, dy)
+    return dict(zip(QUANTITIES, zip((y, mean, rstd, dx, dw, db), (ref[0], ref[4], ref[5], ref[1], ref[2], ref[3]))))
+
+
+def errors(got: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(max abs error, max error relative to max |ref|); NaN anywhere gives inf."""
+    diff = (got.double() - ref).abs()
+    if not torch.isfinite(diff).all():
+        return float("inf"), float("inf")
+    abs_err = diff.max().item() if diff.numel() else 0.0
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    return abs_err, abs_err / scale if scale else abs_err

@@ -1,0 +1,151 @@
+"""The one table of cases: shapes, dtypes, tolerances and byte models.
+
+Tests, the asv benchmarks, pytest-benchmark and the gate all read this module.
+Append only: renaming or removing a case breaks the comparability of past
+benchmark results.
+"""
+
+import dataclasses
+import math
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """|got - ref| <= atol * scale + rtol * |ref|, elementwise, against a float64 reference."""
+
+    atol: float
+    rtol: float
+
+
+# Forward output and dx: one rounding to the output dtype after fp32 math.
+# fp32: ~1e-6 is typical (statistics in fp32, rsqrt.approx is 2 ulp); 1e-5 bounds it.
+# fp16: 11-bit mantissa, one rounding is 2**-11 relative; 2e-3 leaves 4 ulp.
+# bf16: 8-bit mantissa, 2**-8 relative per rounding; Triton's interpreter truncates
+#       instead of rounding (1 ulp = 2**-7), so 1.6e-2 (2 ulp) covers both.
+TOLERANCES = {
+    "float32": Tolerance(atol=1e-5, rtol=0.0),
+    "float16": Tolerance(atol=1e-3, rtol=2e-3),
+    "bfloat16": Tolerance(atol=1e-2, rtol=1.6e-2),
+}
+
+FP32_HALF_ULP = 2.0**-24  # relative rounding error of one fp32 rounding
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerNormCase:
+    m: int  # rows
+    n: int  # row length (normalized size)
+    dtype: str = "float32"
+    offset: float = 0.0  # added to randn inputs; large values break E[x^2] - E[x]^2
+    eps: float = 1e-5
+
+    @property
+    def name(self) -> str:
+        mean = f"-mean{self.offset:g}" if self.offset else ""
+        return f"{self.m}x{self.n}-{self.dtype}{mean}"
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def make_inputs(self, device, requires_grad: bool = False, generator: torch.Generator | None = None):
+        """Fresh random x, weight, bias (never zeros, never ones)."""
+        dt = self.torch_dtype
+        kw = dict(device=device, dtype=torch.float32, generator=generator)
+        x = (torch.randn(self.m, self.n, **kw) + self.offset).to(dt)
+        w = (1 + 0.5 * torch.randn(self.n, **kw)).to(dt)
+        b = (0.5 * torch.randn(self.n, **kw)).to(dt)
+        return tuple(t.requires_grad_(requires_grad) for t in (x, w, b))
+
+    def bytes_moved(self, direction: str) -> int:
+        """The fewest bytes a kernel must move: each input read once, each output written once.
+
+        fwd: read x, w, b; write y, mean, rstd (fp32).
+        bwd: read x, dy, w, mean, rstd; write dx, dw, db.
+        fwd+bwd: both.
+        """
+        e = torch.finfo(self.torch_dtype).bits // 8
+        rows, params, stats = self.m * self.n * e, self.n * e, self.m * 4
+        fwd = 2 * rows + 2 * params + 2 * stats
+        bwd = 3 * rows + 3 * params + 2 * stats
+        return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[direction]
+
+    def tolerance(self, quantity: str) -> tuple[float, float]:
+        """(atol, rtol) for y, mean, rstd, dx, dw or db of this case.
+
+        dw and db sum M rows, so their absolute error grows like sqrt(M). The
+        backward recomputes xhat from the saved fp32 mean, which is rounded by
+        up to half an fp32 ulp of |mean|: large-mean rows carry that into dx
+        and dw (4 sigma of it, times sqrt(M) for the sum over rows).
+        """
+        mean_rounding = 4 * FP32_HALF_ULP * abs(self.offset)
+        if quantity in ("mean", "rstd"):  # fp32 statistics whatever the input dtype
+            return 1e-6 + mean_rounding, 1e-5
+        tol = TOLERANCES[self.dtype]
+        scale = math.sqrt(self.m) if quantity in ("dw", "db") else 1.0
+        atol = tol.atol * scale
+        if quantity == "dx":
+            atol += mean_rounding
+        if quantity == "dw":
+            atol += mean_rounding * scale
+        return atol, tol.rtol
+
+    def smoke(self) -> "LayerNormCase":
+        """A tiny stand-in for Triton's CPU interpreter that keeps N's shape class
+        (a non-power-of-two N stays one)."""
+        return dataclasses.replace(self, m=min(self.m, 4), n=max(1, self.n // 16))
+
+
+# Correctness cases (tests). Under the interpreter M is capped (see interpreted()).
+CORRECTNESS_CASES = [
+    LayerNormCase(m, n, dtype, offset)
+    for dtype in DTYPES
+    for m, n, offset in [
+        (1024, 1024, 0.0),
+        (4096, 1024, 0.0),
+        (4096, 4096, 0.0),
+        (4096, 8192, 0.0),
+        (4096, 5000, 0.0),  # non-power-of-two N
+        (37, 1000, 0.0),  # odd M
+        (17, 1, 0.0),  # N = 1: y = b, dx = 0
+        (63, 1023, 0.0),  # just below / above the two-pass backward chunk
+        (63, 1025, 0.0),
+        (63, 2047, 0.0),  # just below / above the two-pass forward chunk
+        (63, 2049, 0.0),
+        (9, 16384, 0.0),  # the largest fused row
+        (5, 16385, 0.0),  # just past it: two_pass only
+        (3, 65536, 0.0),  # far larger than one block
+        (256, 4096, 1e3),  # large mean
+        (255, 5000, 1e3),
+    ]
+]
+
+INTERPRETER_MAX_ROWS = 7  # ~3 ms per interpreted program: keep runs short
+
+
+def interpreted(case: LayerNormCase) -> LayerNormCase:
+    """The same row length on few rows, for Triton's interpreter."""
+    return dataclasses.replace(case, m=min(case.m, INTERPRETER_MAX_ROWS))
+
+
+# Benchmark cases (asv, pytest-benchmark, the gate).
+BENCH_SHAPES = [(4096, 1024), (4096, 4096), (4096, 5000), (4096, 8192), (16384, 4096), (32768, 1024), (8192, 8192)]
+BENCH_DTYPES = ["float32", "bfloat16", "float16"]
+BENCH_DIRECTIONS = ["fwd", "fwd+bwd"]
+LAYER_NORM_VARIANTS = ["fused", "two_pass", "auto"]
+# The baseline every speedup is against, and a second reference.
+LAYER_NORM_BASELINE = "torch"
+LAYER_NORM_REFERENCES = ["torch", "torch_compile"]
+
+
+def bench_case(shape: str, dtype: str) -> LayerNormCase:
+    m, n = (int(v) for v in shape.split("x"))
+    return LayerNormCase(m, n, dtype)
+
+
+def shape_names() -> list[str]:
+    return [f"{m}x{n}" for m, n in BENCH_SHAPES]

@@ -1,0 +1,28 @@
+"""Where kernels run: a CUDA device, or Triton's CPU interpreter."""
+
+import functools
+import os
+
+import torch
+
+
+def interpreter_mode() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1).
+
+    The variable is read when kernels are decorated, so it must be set before
+    ``kernels`` is imported; a process is either interpreted or compiled.
+    """
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.cache
+def sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def gpu_class(name: str) -> str:
+    """The class a GPU's tuned configs and perf thresholds are filed under ("H100", "H200", ...)."""
+    for cls in ("H200", "H100", "H20", "GH200", "A100", "L40S", "B200"):
+        if cls in name.upper():
+            return cls
+    return name.replace("NVIDIA ", "").split()[0] if name else "unknown"

@@ -1,0 +1,4 @@
+from kernels.layer_norm.module import LayerNorm
+from kernels.layer_norm.ops import layer_norm
+
+__all__ = ["LayerNorm", "layer_norm"]

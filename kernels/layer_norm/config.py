@@ -1,0 +1,80 @@
+"""Launch configurations for the LayerNorm kernels.
+
+A configuration is looked up in ``tuned_configs.json`` (written by
+``nox -s tune``) for the current GPU class, variant, direction, dtype and N;
+otherwise a heuristic picks one. Launchers, the ahead-of-time code checks and
+the tuner all go through ``launch_config`` so they see the same kernels.
+"""
+
+import dataclasses
+import functools
+import json
+from pathlib import Path
+
+import torch
+import triton
+
+# The fused kernels keep a whole row (and, backward, its gradient and the dw/db
+# accumulators) in registers. Past 16384 elements that needs more than the
+# 255 registers a thread may hold at 16 warps and the compiler spills to local
+# memory, so the fused variant refuses larger rows; two_pass takes any N.
+FUSED_MAX_N = 16384
+
+# auto uses the fused kernel unless rounding N up to a power of two would
+# leave more than this share of its lanes masked off (e.g. N=5000 -> 8192).
+AUTO_MAX_PADDING = 0.25
+
+TUNED_FILE = Path(__file__).with_name("tuned_configs.json")
+VARIANTS = ("fused", "two_pass", "auto")
+DIRECTIONS = ("fwd", "bwd")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    block_m: int  # rows per program (per loop step for the persistent backward)
+    block_n: int  # columns per tile: >= N for fused, the chunk size for two_pass
+    num_warps: int
+    programs_per_sm: int = 2  # backward only: persistent grid size
+
+
+def resolve_variant(variant: str, n: int) -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f"layer_norm: unknown variant {variant!r}; choose one of {VARIANTS}")
+    if variant != "auto":
+        return variant
+    padding = 1 - n / triton.next_power_of_2(n)
+    return "fused" if n <= FUSED_MAX_N and padding <= AUTO_MAX_PADDING else "two_pass"
+
+
+def tuned_key(variant: str, direction: str, dtype: torch.dtype, n: int) -> str:
+    return f"{variant}/{direction}/{str(dtype).removeprefix('torch.')}/{n}"
+
+
+@functools.cache
+def _tuned_table() -> dict:
+    if not TUNED_FILE.exists():
+        return {}
+    return json.loads(TUNED_FILE.read_text())
+
+
+def _warps_for(elements: int) -> int:
+    # About 16 elements per thread, within [1, 16] warps.
+    return max(1, min(16, elements // (32 * 16)))
+
+
+def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -> LaunchConfig:
+    if variant == "fused":
+        block_n = triton.next_power_of_2(n)
+    else:
+        block_n = min(triton.next_power_of_2(n), 2048 if direction == "fwd" else 1024)
+    # Short rows: pack several per program so each has ~8K elements in flight.
+    block_m = max(1, min(16, 8192 // block_n)) if direction == "fwd" else max(1, min(8, 4096 // block_n))
+    return LaunchConfig(block_m=block_m, block_n=block_n, num_warps=_warps_for(block_m * block_n))
+
+
+def launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> LaunchConfig:
+    """The configuration for one launch; ``variant`` is "fused" or "two_pass"."""
+    tuned = _tuned_table().get(gpu or "", {}).get(tuned_key(variant, direction, dtype, n))
+    if tuned is not None:
+        return LaunchConfig(**tuned)
+    return heuristic_config(variant, direction, dtype, n)

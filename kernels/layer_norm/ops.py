@@ -1,0 +1,179 @@
+"""PyTorch-facing LayerNorm: input validation, launchers and autograd.
+
+``layer_norm`` normalizes over the trailing ``normalized_shape`` dimensions of
+an input of any leading shape. ``variant`` selects the kernel: "fused" (row in
+registers, N <= FUSED_MAX_N), "two_pass" (any N) or "auto".
+"""
+
+from collections.abc import Sequence
+
+import torch
+import triton
+
+from kernels.device import gpu_class, interpreter_mode, sm_count
+from kernels.layer_norm import triton_kernels as tk
+from kernels.layer_norm.config import FUSED_MAX_N, LaunchConfig, launch_config, resolve_variant
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+_FWD_KERNELS = {"fused": tk.fused_fwd_kernel, "two_pass": tk.two_pass_fwd_kernel}
+_BWD_KERNELS = {"fused": tk.fused_bwd_kernel, "two_pass": tk.two_pass_bwd_kernel}
+
+
+def _check_tensor(name: str, t: torch.Tensor, like: torch.Tensor | None = None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"layer_norm: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"layer_norm: {name} has dtype {t.dtype}; supported: float32, float16, bfloat16")
+    if like is not None and t.dtype != like.dtype:
+        raise TypeError(f"layer_norm: {name} has dtype {t.dtype} but x has {like.dtype}")
+    if like is not None and t.device != like.device:
+        raise ValueError(f"layer_norm: {name} is on {t.device} but x is on {like.device}")
+    if like is None and t.device.type != "cuda" and not interpreter_mode():
+        raise ValueError(
+            f"layer_norm: {name} is on {t.device}; the Triton kernels need a CUDA tensor "
+            "(or TRITON_INTERPRET=1 for the CPU interpreter)"
+        )
+
+
+def _normalized_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(normalized_shape, int):
+        return (normalized_shape,)
+    return tuple(normalized_shape)
+
+
+def _check_inputs(x, normalized_shape, weight, bias) -> int:
+    """Validate everything a launch depends on; return N, the row length."""
+    _check_tensor("x", x)
+    if tuple(x.shape[x.dim() - len(normalized_shape) :]) != normalized_shape or x.dim() < len(normalized_shape):
+        raise ValueError(f"layer_norm: x of shape {tuple(x.shape)} does not end in normalized_shape {normalized_shape}")
+    n = 1
+    for d in normalized_shape:
+        n *= d
+    if n == 0:
+        raise ValueError("layer_norm: normalized_shape has zero elements (N = 0)")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is None:
+            continue
+        _check_tensor(name, p, like=x)
+        if tuple(p.shape) != normalized_shape:
+            raise ValueError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected {normalized_shape}")
+    return n
+
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """A 2-D [M, N] view with unit column stride (copying only if needed)."""
+    t2 = t.reshape(-1, n)
+    return t2 if t2.stride(-1) == 1 or n == 1 else t2.contiguous()
+
+
+def _gpu(t: torch.Tensor) -> str | None:
+    return gpu_class(torch.cuda.get_device_name(t.device)) if t.is_cuda else None
+
+
+def _config(variant: str, direction: str, x2: torch.Tensor) -> LaunchConfig:
+    return launch_config(variant, direction, x2.dtype, x2.shape[1], _gpu(x2))
+
+
+def layer_norm_fwd(x2, weight, bias, eps: float, variant: str, out=None):
+    """Launch the forward on a validated [M, N] view; returns (y, mean, rstd).
+
+    ``out`` optionally supplies those three tensors (tests pass NaN-filled ones).
+    """
+    m, n = x2.shape
+    if out is None:
+        out = (
+            torch.empty_like(x2, memory_format=torch.contiguous_format),
+            torch.empty(m, dtype=torch.float32, device=x2.device),
+            torch.empty(m, dtype=torch.float32, device=x2.device),
+        )
+    y, mean, rstd = out
+    if m == 0:
+        return y, mean, rstd
+    cfg = _config(variant, "fwd", x2)
+    _FWD_KERNELS[variant][(triton.cdiv(m, cfg.block_m),)](
+        x2, y, weight if weight is not None else x2, bias if bias is not None else x2, mean, rstd,
+        x2.stride(0), y.stride(0), m, n, eps,
+        HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+    )  # fmt: skip
+    return y, mean, rstd
+
+
+def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None):
+    """Launch the backward; returns (dx, dw or None, db or None).
+
+    ``out`` optionally supplies (dx, dw, db) to write into.
+    """
+    m, n = x2.shape
+    dx, dw, db = out if out is not None else (torch.empty_like(x2, memory_format=torch.contiguous_format), None, None)
+    cfg = _config(variant, "bwd", x2)
+    sms = sm_count(x2.device.index or 0) if x2.is_cuda else 2
+    programs = max(1, min(triton.cdiv(m, cfg.block_m), sms * cfg.programs_per_sm))
+    # two_pass accumulates into its partial rows, so they start at zero.
+    alloc = torch.zeros if variant == "two_pass" else torch.empty
+    dw_partial = alloc((programs, n), dtype=torch.float32, device=x2.device) if weight is not None else mean
+    db_partial = alloc((programs, n), dtype=torch.float32, device=x2.device) if bias is not None else mean
+    if m > 0:
+        _BWD_KERNELS[variant][(programs,)](
+            x2, dy2, dx, weight if weight is not None else x2, mean, rstd, dw_partial, db_partial,
+            x2.stride(0), dy2.stride(0), dx.stride(0), m, n,
+            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+        )  # fmt: skip
+    return dx, _column_sum(dw_partial, weight, m, dw), _column_sum(db_partial, bias, m, db)
+
+
+def _column_sum(partial: torch.Tensor, param: torch.Tensor | None, m: int, out: torch.Tensor | None):
+    if param is None:
+        return None
+    out = torch.empty_like(param) if out is None else out
+    if m == 0:
+        return out.zero_()
+    g, n = partial.shape
+    block_n = min(triton.next_power_of_2(n), 256)
+    tk.column_sum_kernel[(triton.cdiv(n, block_n),)](partial, out, g, n, BLOCK_G=32, BLOCK_N=block_n, num_warps=4)
+    return out
+
+
+def select_variant(variant: str, n: int) -> str:
+    """Resolve "auto" and refuse rows the fused kernel cannot hold."""
+    variant = resolve_variant(variant, n)
+    if variant == "fused" and n > FUSED_MAX_N:
+        raise ValueError(
+            f"layer_norm: the fused kernel holds a row in registers and supports N <= {FUSED_MAX_N}, "
+            f"got N = {n}; use variant='two_pass' or 'auto'"
+        )
+    return variant
+
+
+class LayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, normalized_shape, weight, bias, eps, variant):
+        n = _check_inputs(x, normalized_shape, weight, bias)
+        variant = select_variant(variant, n)
+        x2 = _rows(x, n)
+        y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, variant)
+        ctx.save_for_backward(x2, weight, bias, mean, rstd)
+        ctx.variant = variant
+        ctx.x_shape = x.shape
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, weight, bias, mean, rstd = ctx.saved_tensors
+        dx, dw, db = layer_norm_bwd(_rows(dy, x2.shape[1]), x2, weight, bias, mean, rstd, ctx.variant)
+        return dx.view(ctx.x_shape), None, dw, db, None, None
+
+
+def layer_norm(
+    x: torch.Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    variant: str = "auto",
+) -> torch.Tensor:
+    """Drop-in for ``torch.nn.functional.layer_norm`` backed by the Triton kernels."""
+    return LayerNormFunction.apply(x, _normalized_shape(normalized_shape), weight, bias, eps, variant)
+

@@ -1,0 +1,294 @@
+"""Triton LayerNorm kernels: pure device code, no validation or dispatch.
+
+Forward, per row of N elements::
+
+    mean = sum(x) / N
+    var  = sum((x - mean)^2) / N           # centered: never E[x^2] - E[x]^2
+    rstd = 1 / sqrt(var + eps)
+    xhat = (x - mean) * rstd
+    y    = xhat * w + b
+
+Every row is first shifted by its own first element (``shift = x[0]``). The
+variance is shift-invariant, and the mean of the shifted row is of the order of
+the row's spread rather than its magnitude, so rows such as ``1e3 + randn``
+keep full fp32 accuracy in both ``mean`` and ``xhat``.
+
+Backward, with ``g = w * dy``::
+
+    c1 = sum(xhat * g) / N
+    c2 = sum(g) / N
+    dx = (g - (xhat * c1 + c2)) * rstd
+    dw = sum over rows of dy * xhat
+    db = sum over rows of dy
+
+dw and db are first reduced per program into an fp32 ``[programs, N]``
+buffer (no atomics, so the result is deterministic), then summed over
+programs by ``column_sum_kernel``.
+
+Two families:
+
+* ``fused_*``: the whole row lives in registers (``BLOCK_N >= N``), so x is
+  read from memory exactly once.
+* ``two_pass_*``: any N. The row is walked in ``BLOCK_N`` chunks twice: a
+  statistics pass (chunk statistics merged with Chan's parallel formula),
+  then a normalize pass. The second read mostly hits L2.
+
+Both families process ``BLOCK_M`` rows per program, so short rows still give
+each program enough bytes in flight.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_offsets(rows, stride):
+    # int64: M * stride can exceed 2**31 for large activations.
+    return rows.to(tl.int64)[:, None] * stride
+
+
+@triton.jit
+def fused_fwd_kernel(
+    X,  # input, [M, N], row stride stride_x, unit column stride
+    Y,  # output, [M, N], row stride stride_y
+    W,  # weight [N] (unused unless HAS_WEIGHT)
+    B,  # bias [N] (unused unless HAS_BIAS)
+    Mean,  # fp32 [M], written
+    Rstd,  # fp32 [M], written
+    stride_x,
+    stride_y,
+    M,
+    N,
+    eps,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+
+    x = tl.load(X + _row_offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    shift = tl.load(X + rows.to(tl.int64) * stride_x, mask=row_ok, other=0.0).to(tl.float32)
+
+    # Statistics of the shifted row; masked columns contribute exact zeros.
+    xs = tl.where(mask, x - shift[:, None], 0.0)
+    mean_s = tl.sum(xs, axis=1) / N
+    xc = tl.where(mask, xs - mean_s[:, None], 0.0)
+    rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
+
+    y = xc * rstd[:, None]
+    if HAS_WEIGHT:
+        y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + _row_offsets(rows, stride_y) + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(Mean + rows, shift + mean_s, mask=row_ok)
+    tl.store(Rstd + rows, rstd, mask=row_ok)
+
+
+@triton.jit
+def two_pass_fwd_kernel(
+    X,  # input, [M, N], row stride stride_x, unit column stride
+    Y,  # output, [M, N], row stride stride_y
+    W,  # weight [N] (unused unless HAS_WEIGHT)
+    B,  # bias [N] (unused unless HAS_BIAS)
+    Mean,  # fp32 [M], written
+    Rstd,  # fp32 [M], written
+    stride_x,
+    stride_y,
+    M,
+    N,
+    eps,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    x_rows = X + _row_offsets(rows, stride_x)
+    y_rows = Y + _row_offsets(rows, stride_y)
+    shift = tl.load(X + rows.to(tl.int64) * stride_x, mask=row_ok, other=0.0).to(tl.float32)
+
+    # Pass 1: per-chunk mean and centered sum of squares, merged with Chan's
+    # formula so no step subtracts two large, nearly equal sums.
+    mean_s = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m2 = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        col_ok = start + cols < N
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        xs = tl.where(mask, x - shift[:, None], 0.0)
+        n_seen = start * 1.0  # as fp32
+        n_chunk = tl.minimum(N - start, BLOCK_N) * 1.0
+        n_total = n_seen + n_chunk
+        chunk_mean = tl.sum(xs, axis=1) / n_chunk
+        d = tl.where(mask, xs - chunk_mean[:, None], 0.0)
+        delta = chunk_mean - mean_s
+        mean_s += delta * (n_chunk / n_total)
+        m2 += tl.sum(d * d, axis=1) + delta * delta * (n_seen * n_chunk / n_total)
+    rstd = tl.rsqrt(m2 / N + eps)
+
+    # Pass 2: normalize and apply the affine transform.
+    for start in range(0, N, BLOCK_N):
+        col_ok = start + cols < N
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        y = ((x - shift[:, None]) - mean_s[:, None]) * rstd[:, None]
+        if HAS_WEIGHT:
+            y = y * tl.load(W + start + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        if HAS_BIAS:
+            y = y + tl.load(B + start + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_rows + start + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(Mean + rows, shift + mean_s, mask=row_ok)
+    tl.store(Rstd + rows, rstd, mask=row_ok)
+
+
+@triton.jit
+def fused_bwd_kernel(
+    X,  # forward input, [M, N], row stride stride_x
+    DY,  # output gradient, [M, N], row stride stride_dy
+    DX,  # input gradient, [M, N], row stride stride_dx, written
+    W,  # weight [N] (unused unless HAS_WEIGHT)
+    Mean,  # fp32 [M], from the forward
+    Rstd,  # fp32 [M], from the forward
+    DW_partial,  # fp32 [programs, N]: this program's sum of dy * xhat
+    DB_partial,  # fp32 [programs, N]: this program's sum of dy
+    stride_x,
+    stride_dy,
+    stride_dx,
+    M,
+    N,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    # Persistent: program p handles row blocks p, p + programs, ...
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    if HAS_WEIGHT:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for block in range(pid, tl.cdiv(M, BLOCK_M), programs):
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < M
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(X + _row_offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + _row_offsets(rows, stride_dy) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
+        rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
+        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        g = dy
+        if HAS_WEIGHT:
+            g = dy * w[None, :]
+        c1 = tl.sum(xhat * g, axis=1) / N
+        c2 = tl.sum(g, axis=1) / N
+        dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        tl.store(DX + _row_offsets(rows, stride_dx) + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if HAS_WEIGHT:
+            dw += tl.sum(dy * xhat, axis=0)
+        if HAS_BIAS:
+            db += tl.sum(dy, axis=0)
+    if HAS_WEIGHT:
+        tl.store(DW_partial + pid * N + cols, dw, mask=col_ok)
+    if HAS_BIAS:
+        tl.store(DB_partial + pid * N + cols, db, mask=col_ok)
+
+
+@triton.jit
+def two_pass_bwd_kernel(
+    X,  # forward input, [M, N], row stride stride_x
+    DY,  # output gradient, [M, N], row stride stride_dy
+    DX,  # input gradient, [M, N], row stride stride_dx, written
+    W,  # weight [N] (unused unless HAS_WEIGHT)
+    Mean,  # fp32 [M], from the forward
+    Rstd,  # fp32 [M], from the forward
+    DW_partial,  # fp32 [programs, N], zeroed: this program's sum of dy * xhat
+    DB_partial,  # fp32 [programs, N], zeroed: this program's sum of dy
+    stride_x,
+    stride_dy,
+    stride_dx,
+    M,
+    N,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    dw_row = DW_partial + pid * N
+    db_row = DB_partial + pid * N
+    for block in range(pid, tl.cdiv(M, BLOCK_M), programs):
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < M
+        x_rows = X + _row_offsets(rows, stride_x)
+        dy_rows = DY + _row_offsets(rows, stride_dy)
+        dx_rows = DX + _row_offsets(rows, stride_dx)
+        mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
+        rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
+
+        # Pass 1: the two row reductions c1 and c2.
+        sum_xhat_g = tl.zeros([BLOCK_M], dtype=tl.float32)
+        sum_g = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            col_ok = start + cols < N
+            mask = row_ok[:, None] & col_ok[None, :]
+            x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            g = tl.load(dy_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_WEIGHT:
+                g = g * tl.load(W + start + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+            sum_xhat_g += tl.sum(xhat * g, axis=1)
+            sum_g += tl.sum(g, axis=1)
+        c1 = sum_xhat_g / N
+        c2 = sum_g / N
+
+        # Pass 2: dx, and this block's share of dw and db.
+        for start in range(0, N, BLOCK_N):
+            col_ok = start + cols < N
+            mask = row_ok[:, None] & col_ok[None, :]
+            x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * tl.load(W + start + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+            dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+            tl.store(dx_rows + start + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            # Each program owns its partial row, so plain read-modify-write is safe.
+            if HAS_WEIGHT:
+                dw = tl.load(dw_row + start + cols, mask=col_ok, other=0.0)
+                tl.store(dw_row + start + cols, dw + tl.sum(dy * xhat, axis=0), mask=col_ok)
+            if HAS_BIAS:
+                db = tl.load(db_row + start + cols, mask=col_ok, other=0.0)
+                tl.store(db_row + start + cols, db + tl.sum(dy, axis=0), mask=col_ok)
+
+
+@triton.jit
+def column_sum_kernel(
+    Partial,  # fp32 [G, N]
+    Out,  # [N], written in its own dtype
+    G,
+    N,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, G, BLOCK_G):
+        g = start + tl.arange(0, BLOCK_G)
+        mask = (g < G)[:, None] & col_ok[None, :]
+        acc += tl.sum(tl.load(Partial + g[:, None] * N + cols[None, :], mask=mask, other=0.0), axis=0)
+    tl.store(Out + cols, acc.to(Out.dtype.element_ty), mask=col_ok)

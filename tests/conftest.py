@@ -1,0 +1,78 @@
+"""Where kernel tests run, and how they are reported.
+
+* ``TRITON_INTERPRET=1``: kernels run in Triton's CPU interpreter on CPU
+  tensors (small shapes). Must be set before ``kernels`` is imported, so it
+  gets a pytest process of its own (``nox -s tests`` runs both).
+* otherwise: kernels run on the CUDA device. Without one, those tests SKIP
+  and the session ends with a banner saying so; ``--require-gpu`` (or
+  ``KERNELS_REQUIRE_GPU=1``) turns the skips into failures, as on GPU runners.
+"""
+
+import os
+
+import pytest
+import torch
+
+from kernels.device import interpreter_mode
+
+NO_GPU_REASON = "NO GPU: this kernel test needs a CUDA device (it ran nowhere)"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--require-gpu",
+        action="store_true",
+        default=os.environ.get("KERNELS_REQUIRE_GPU") == "1",
+        help="fail instead of skipping tests that need a CUDA device",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "kernel: runs Triton kernels (interpreter or GPU)")
+    config.addinivalue_line("markers", "gpu: needs a CUDA device even for kernels run by other backends")
+
+
+def pytest_report_header(config):
+    if interpreter_mode():
+        mode = "Triton interpreter on CPU tensors (TRITON_INTERPRET=1)"
+    elif torch.cuda.is_available():
+        mode = f"CUDA device: {torch.cuda.get_device_name(0)}"
+    else:
+        mode = "no CUDA device: GPU tests will SKIP"
+    return f"kernel tests: {mode}; torch {torch.__version__}"
+
+
+@pytest.fixture(scope="session")
+def kernel_device(request) -> torch.device:
+    """The device Triton kernels run on in this process."""
+    if interpreter_mode():
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if request.config.getoption("--require-gpu"):
+        pytest.fail("--require-gpu: no CUDA device is visible to torch")
+    pytest.skip(NO_GPU_REASON)
+
+
+@pytest.fixture(scope="session")
+def cuda_device(request) -> torch.device:
+    """A real CUDA device (tests of kernels that have no interpreter)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if request.config.getoption("--require-gpu"):
+        pytest.fail("--require-gpu: no CUDA device is visible to torch")
+    pytest.skip(NO_GPU_REASON)
+
+
+@pytest.fixture(autouse=True)
+def fresh_seed():
+    """Fresh random inputs on every run; the seed is printed so a failure can be replayed."""
+    seed = torch.seed()
+    print(f"torch seed: {seed}")
+    return seed
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if NO_GPU_REASON in str(r.longrepr)]
+    if skipped:
+        terminalreporter.write_sep("!", f"{len(skipped)} GPU TESTS SKIPPED: no CUDA device; they did not run", red=True)

@@ -1,0 +1,161 @@
+"""LayerNorm kernels against a float64 reference, forward and backward.
+
+Runs twice under ``nox -s tests``: compiled on a GPU (full shapes) and in
+Triton's interpreter (same N, at most INTERPRETER_MAX_ROWS rows).
+"""
+
+import pytest
+import torch
+
+import kernels
+from harness.accuracy import errors, run_layer_norm
+from harness.cases import CORRECTNESS_CASES, LAYER_NORM_VARIANTS, LayerNormCase, interpreted
+from kernels.device import interpreter_mode
+from kernels.layer_norm.config import FUSED_MAX_N
+
+pytestmark = pytest.mark.kernel
+
+
+def _kernel_cases():
+    for case in CORRECTNESS_CASES:
+        for variant in LAYER_NORM_VARIANTS:
+            if variant == "fused" and case.n > FUSED_MAX_N:
+                continue  # refused by design: test_fused_refuses_rows_past_its_limit
+            yield pytest.param(case, variant, id=f"{variant}-{case.name}")
+
+
+def _sized(case: LayerNormCase) -> LayerNormCase:
+    return interpreted(case) if interpreter_mode() else case
+
+
+@pytest.mark.parametrize(("case", "variant"), list(_kernel_cases()))
+def test_kernel_matches_float64_reference(case, variant, kernel_device):
+    case = _sized(case)
+    for quantity, (got, ref) in run_layer_norm(case, variant, kernel_device).items():
+        atol, rtol = case.tolerance(quantity)
+        abs_err, _ = errors(got, ref)
+        print(f"{quantity}: max abs error {abs_err:.3e} (atol {atol:.1e}, rtol {rtol:.1e})")
+        torch.testing.assert_close(got.double(), ref, atol=atol, rtol=rtol, msg=lambda m, q=quantity: f"{q}: {m}")
+
+
+def _ref_autograd(x, normalized_shape, weight, bias, eps, dy):
+    leaves = [t.detach().double().requires_grad_() if t is not None else None for t in (x, weight, bias)]
+    y = torch.nn.functional.layer_norm(leaves[0], normalized_shape, leaves[1], leaves[2], eps)
+    y.backward(dy.double())
+    return y, [t.grad if t is not None else None for t in leaves]
+
+
+def _check_autograd(x, normalized_shape, weight, bias, variant, tol_case):
+    leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, weight, bias)]
+    y = kernels.layer_norm(leaves[0], normalized_shape, leaves[1], leaves[2], 1e-5, variant)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    y_ref, grads_ref = _ref_autograd(x, normalized_shape, weight, bias, 1e-5, dy)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    torch.testing.assert_close(y.double(), y_ref, atol=tol_case.tolerance("y")[0], rtol=tol_case.tolerance("y")[1])
+    for name, leaf, ref in zip(("dx", "dw", "db"), leaves, grads_ref):
+        if leaf is not None:
+            atol, rtol = tol_case.tolerance(name)
+            torch.testing.assert_close(leaf.grad.double(), ref, atol=atol, rtol=rtol, msg=lambda m, q=name: f"{q}: {m}")
+
+
+@pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_autograd_any_leading_shape_and_strided_rows(variant, dtype, kernel_device):
+    case = LayerNormCase(2 * 5, 300, dtype)
+    x, w, b = case.make_inputs(kernel_device)
+    base = torch.randn(2, 5, 2 * case.n, device=kernel_device).to(case.torch_dtype)
+    strided_rows = base[..., : case.n]  # row stride 2N: read in place
+    transposed = x.view(2, 5, case.n).transpose(0, 1)  # leading dims permuted: copied
+    for inp in (x.view(2, 5, case.n), strided_rows, transposed):
+        _check_autograd(inp, (case.n,), w, b, variant, case)
+
+
+@pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
+def test_module_is_a_drop_in_for_torch_layer_norm(variant, kernel_device):
+    torch_ln = torch.nn.LayerNorm((4, 24), eps=1e-6, device=kernel_device)
+    with torch.no_grad():
+        torch_ln.weight.normal_()
+        torch_ln.bias.normal_()
+    ours = kernels.LayerNorm((4, 24), eps=1e-6, device=kernel_device, variant=variant)
+    ours.load_state_dict(torch_ln.state_dict())
+    assert ours.state_dict().keys() == torch_ln.state_dict().keys()
+    x = torch.randn(3, 7, 4, 24, device=kernel_device)
+    torch.testing.assert_close(ours(x), torch_ln(x), atol=1e-5, rtol=0)
+
+    for kwargs in ({"elementwise_affine": False}, {"bias": False}):
+        plain = torch.nn.LayerNorm(24, device=kernel_device, **kwargs)
+        mine = kernels.LayerNorm(24, device=kernel_device, variant=variant, **kwargs)
+        assert [n for n, _ in mine.named_parameters()] == [n for n, _ in plain.named_parameters()]
+        x = torch.randn(5, 24, device=kernel_device, requires_grad=True)
+        mine(x).sum().backward()
+        torch.testing.assert_close(mine(x), plain(x), atol=1e-5, rtol=0)
+        assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
+def test_zero_rows_give_empty_output(variant, kernel_device):
+    x = torch.randn(0, 64, device=kernel_device, requires_grad=True)
+    w = torch.randn(64, device=kernel_device, requires_grad=True)
+    b = torch.randn(64, device=kernel_device, requires_grad=True)
+    y = kernels.layer_norm(x, 64, w, b, variant=variant)
+    assert y.shape == (0, 64)
+    y.sum().backward()
+    assert x.grad.shape == (0, 64)
+    assert torch.equal(w.grad, torch.zeros_like(w)) and torch.equal(b.grad, torch.zeros_like(b))
+
+
+@pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
+def test_nan_and_inf_propagate_like_torch(variant, kernel_device):
+    x = torch.randn(4, 96, device=kernel_device)
+    x[1, 7] = float("nan")
+    x[2, 3] = float("inf")
+    w = torch.randn(96, device=kernel_device)
+    b = torch.randn(96, device=kernel_device)
+    ours = kernels.layer_norm(x, 96, w, b, variant=variant)
+    ref = torch.nn.functional.layer_norm(x, (96,), w, b)
+    assert torch.equal(torch.isnan(ours), torch.isnan(ref))
+    assert torch.isnan(ours[1]).all() and torch.isnan(ours[2]).all()
+    torch.testing.assert_close(ours[[0, 3]], ref[[0, 3]], atol=1e-5, rtol=0)
+
+
+# --- bad input: a clear error naming the problem, before any launch ---------
+
+
+def test_fused_refuses_rows_past_its_limit(kernel_device):
+    x = torch.randn(2, FUSED_MAX_N + 1, device=kernel_device)
+    with pytest.raises(ValueError, match=f"fused kernel .* N <= {FUSED_MAX_N}"):
+        kernels.layer_norm(x, x.shape[-1], variant="fused")
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda d: (torch.ones(4, 8, dtype=torch.int32, device=d), None, None), TypeError, "x has dtype torch.int32"),
+        (lambda d: (torch.randn(4, 8, dtype=torch.float64, device=d), None, None), TypeError, "float64"),
+        (lambda d: (torch.randn(4, 8, device=d), torch.randn(9, device=d), None), ValueError, r"weight has shape \(9,\)"),
+        (lambda d: (torch.randn(4, 8, device=d), None, torch.randn(2, 4, device=d)), ValueError, r"bias has shape"),
+        (
+            lambda d: (torch.randn(4, 8, device=d), torch.randn(8, device=d, dtype=torch.float16), None),
+            TypeError,
+            "weight has dtype torch.float16 but x has torch.float32",
+        ),
+        (lambda d: (torch.randn(4, 8, device=d), torch.randn(8, device="meta"), None), ValueError, "weight is on meta"),
+        (lambda d: (torch.randn(4, 0, device=d), None, None), ValueError, r"N = 0"),
+    ],
+    ids=["int-dtype", "float64", "weight-shape", "bias-shape", "weight-dtype", "weight-device", "n-zero"],
+)
+def test_bad_input_is_refused(make, error, match, kernel_device):
+    x, w, b = make(kernel_device)
+    with pytest.raises(error, match=match):
+        kernels.layer_norm(x, x.shape[-1], w, b)
+
+
+def test_normalized_shape_must_match_trailing_dims(kernel_device):
+    with pytest.raises(ValueError, match="does not end in normalized_shape"):
+        kernels.layer_norm(torch.randn(4, 8, device=kernel_device), (16,))
+
+
+def test_unknown_variant_is_refused(kernel_device):
+    with pytest.raises(ValueError, match="unknown variant 'fastest'"):
+        kernels.layer_norm(torch.randn(4, 8, device=kernel_device), 8, variant="fastest")
