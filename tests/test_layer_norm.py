@@ -53,7 +53,7 @@ def _check_autograd(x, normalized_shape, weight, bias, variant, tol_case):
     y_ref, grads_ref = _ref_autograd(x, normalized_shape, weight, bias, 1e-5, dy)
     assert y.shape == x.shape and y.dtype == x.dtype
     torch.testing.assert_close(y.double(), y_ref, atol=tol_case.tolerance("y")[0], rtol=tol_case.tolerance("y")[1])
-    for name, leaf, ref in zip(("dx", "dw", "db"), leaves, grads_ref):
+    for name, leaf, ref in zip(("dx", "dw", "db"), leaves, grads_ref, strict=True):
         if leaf is not None:
             atol, rtol = tol_case.tolerance(name)
             torch.testing.assert_close(leaf.grad.double(), ref, atol=atol, rtol=rtol, msg=lambda m, q=name: f"{q}: {m}")
@@ -133,7 +133,7 @@ def test_fused_refuses_rows_past_its_limit(kernel_device):
     [
         (lambda d: (torch.ones(4, 8, dtype=torch.int32, device=d), None, None), TypeError, "x has dtype torch.int32"),
         (lambda d: (torch.randn(4, 8, dtype=torch.float64, device=d), None, None), TypeError, "float64"),
-        (lambda d: (torch.randn(4, 8, device=d), torch.randn(9, device=d), None), ValueError, r"weight has shape \(9,\)"),
+        (lambda d: (torch.randn(4, 8, device=d), torch.randn(9, device=d), None), ValueError, r"weight has shape"),
         (lambda d: (torch.randn(4, 8, device=d), None, torch.randn(2, 4, device=d)), ValueError, r"bias has shape"),
         (
             lambda d: (torch.randn(4, 8, device=d), torch.randn(8, device=d, dtype=torch.float16), None),

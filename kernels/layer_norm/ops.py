@@ -176,4 +176,3 @@ def layer_norm(
 ) -> torch.Tensor:
     """Drop-in for ``torch.nn.functional.layer_norm`` backed by the Triton kernels."""
     return LayerNormFunction.apply(x, _normalized_shape(normalized_shape), weight, bias, eps, variant)
-

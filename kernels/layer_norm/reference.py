@@ -13,5 +13,5 @@ def layer_norm_ref(x, weight, bias, eps, dy):
     y.backward(dy.double())
     mean = x64.detach().mean(-1)
     rstd = torch.rsqrt(x64.detach().var(-1, unbiased=False) + eps)
-    grad = lambda t: t.grad if t is not None else None  # noqa: E731
+    grad = lambda t: t.grad if t is not None else None
     return y.detach(), x64.grad, grad(w64), grad(b64), mean, rstd
