@@ -7,7 +7,7 @@ fails to write shows up as a NaN error.
 
 import torch
 
-from harness.cases import LayerNormCase
+from harness.cases.layer_norm import LayerNormCase
 from kernels.layer_norm.ops import layer_norm_bwd, layer_norm_fwd, select_variant
 from kernels.layer_norm.reference import layer_norm_ref
 

@@ -9,7 +9,7 @@ import torch
 
 import kernels
 from harness.accuracy import errors, run_layer_norm
-from harness.cases import CORRECTNESS_CASES, LAYER_NORM_VARIANTS, LayerNormCase, interpreted
+from harness.cases.layer_norm import CORRECTNESS_CASES, LAYER_NORM_VARIANTS, LayerNormCase, interpreted
 from kernels.device import interpreter_mode
 from kernels.layer_norm.config import FUSED_MAX_N
 

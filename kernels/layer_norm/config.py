@@ -57,9 +57,8 @@ def _tuned_table() -> dict:
     return json.loads(TUNED_FILE.read_text())
 
 
-def _warps_for(elements: int) -> int:
-    # About 16 elements per thread, within [1, 16] warps.
-    return max(1, min(16, elements // (32 * 16)))
+def _warps_for(elements: int, per_thread: int) -> int:
+    return max(1, min(16, elements // (32 * per_thread)))
 
 
 def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -> LaunchConfig:
@@ -69,7 +68,10 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
         block_n = min(triton.next_power_of_2(n), 2048 if direction == "fwd" else 1024)
     # Short rows: pack several per program so each has ~8K elements in flight.
     block_m = max(1, min(16, 8192 // block_n)) if direction == "fwd" else max(1, min(8, 4096 // block_n))
-    return LaunchConfig(block_m=block_m, block_n=block_n, num_warps=_warps_for(block_m * block_n))
+    # The backward keeps x, dy, xhat and the dw/db sums live at once: give each
+    # thread half as many elements so they fit in registers.
+    per_thread = 16 if direction == "fwd" else 8
+    return LaunchConfig(block_m=block_m, block_n=block_n, num_warps=_warps_for(block_m * block_n, per_thread))
 
 
 def launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> LaunchConfig:

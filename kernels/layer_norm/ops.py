@@ -5,6 +5,7 @@ an input of any leading shape. ``variant`` selects the kernel: "fused" (row in
 registers, N <= FUSED_MAX_N), "two_pass" (any N) or "auto".
 """
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -12,7 +13,7 @@ import triton
 
 from kernels.device import gpu_class, interpreter_mode, sm_count
 from kernels.layer_norm import triton_kernels as tk
-from kernels.layer_norm.config import FUSED_MAX_N, LaunchConfig, launch_config, resolve_variant
+from kernels.layer_norm.config import FUSED_MAX_N, launch_config, resolve_variant
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -71,56 +72,96 @@ def _gpu(t: torch.Tensor) -> str | None:
     return gpu_class(torch.cuda.get_device_name(t.device)) if t.is_cuda else None
 
 
-def _config(variant: str, direction: str, x2: torch.Tensor) -> LaunchConfig:
-    return launch_config(variant, direction, x2.dtype, x2.shape[1], _gpu(x2))
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One kernel launch, fully specified: run it, or compile it ahead of time
+    (``harness.codegen`` builds it on meta tensors to inspect the machine code)."""
+
+    kernel: triton.JITFunction
+    grid: tuple[int, ...]
+    args: tuple
+    constexprs: dict
+    num_warps: int
+
+    def __call__(self) -> None:
+        self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps)
 
 
-def layer_norm_fwd(x2, weight, bias, eps: float, variant: str, out=None):
-    """Launch the forward on a validated [M, N] view; returns (y, mean, rstd).
-
-    ``out`` optionally supplies those three tensors (tests pass NaN-filled ones).
-    """
+def forward_launch(x2, weight, bias, eps: float, variant: str, y, mean, rstd) -> Launch:
     m, n = x2.shape
-    if out is None:
-        out = (
-            torch.empty_like(x2, memory_format=torch.contiguous_format),
-            torch.empty(m, dtype=torch.float32, device=x2.device),
-            torch.empty(m, dtype=torch.float32, device=x2.device),
-        )
-    y, mean, rstd = out
-    if m == 0:
-        return y, mean, rstd
-    cfg = _config(variant, "fwd", x2)
-    _FWD_KERNELS[variant][(triton.cdiv(m, cfg.block_m),)](
-        x2, y, weight if weight is not None else x2, bias if bias is not None else x2, mean, rstd,
-        x2.stride(0), y.stride(0), m, n, eps,
-        HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+    cfg = launch_config(variant, "fwd", x2.dtype, n, _gpu(x2))
+    return Launch(
+        kernel=_FWD_KERNELS[variant],
+        grid=(triton.cdiv(m, cfg.block_m),),
+        args=(x2, y, weight if weight is not None else x2, bias if bias is not None else x2, mean, rstd,
+              x2.stride(0), y.stride(0), m, n, eps),
+        constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
+        num_warps=cfg.num_warps,
     )  # fmt: skip
-    return y, mean, rstd
 
 
-def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None):
-    """Launch the backward; returns (dx, dw or None, db or None).
-
-    ``out`` optionally supplies (dx, dw, db) to write into.
-    """
+def backward_launch(dy2, x2, weight, bias, mean, rstd, variant: str, dx) -> tuple[Launch, torch.Tensor, torch.Tensor]:
+    """The backward launch and its fp32 dw/db partial buffers ([programs, N])."""
     m, n = x2.shape
-    dx, dw, db = out if out is not None else (torch.empty_like(x2, memory_format=torch.contiguous_format), None, None)
-    cfg = _config(variant, "bwd", x2)
+    cfg = launch_config(variant, "bwd", x2.dtype, n, _gpu(x2))
     sms = sm_count(x2.device.index or 0) if x2.is_cuda else 2
     programs = max(1, min(triton.cdiv(m, cfg.block_m), sms * cfg.programs_per_sm))
     # two_pass accumulates into its partial rows, so they start at zero.
     alloc = torch.zeros if variant == "two_pass" else torch.empty
     dw_partial = alloc((programs, n), dtype=torch.float32, device=x2.device) if weight is not None else mean
     db_partial = alloc((programs, n), dtype=torch.float32, device=x2.device) if bias is not None else mean
+    launch = Launch(
+        kernel=_BWD_KERNELS[variant],
+        grid=(programs,),
+        args=(x2, dy2, dx, weight if weight is not None else x2, mean, rstd, dw_partial, db_partial,
+              x2.stride(0), dy2.stride(0), dx.stride(0), m, n),
+        constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
+        num_warps=cfg.num_warps,
+    )  # fmt: skip
+    return launch, dw_partial, db_partial
+
+
+def column_sum_launch(partial: torch.Tensor, out: torch.Tensor) -> Launch:
+    g, n = partial.shape
+    block_n = min(triton.next_power_of_2(n), 256)
+    return Launch(
+        kernel=tk.column_sum_kernel,
+        grid=(triton.cdiv(n, block_n),),
+        args=(partial, out, g, n),
+        constexprs=dict(BLOCK_G=32, BLOCK_N=block_n),
+        num_warps=4,
+    )
+
+
+def layer_norm_fwd(x2, weight, bias, eps: float, variant: str, out=None):
+    """Run the forward on a validated [M, N] view; returns (y, mean, rstd).
+
+    ``out`` optionally supplies those three tensors (tests pass NaN-filled ones).
+    """
+    m = x2.shape[0]
+    if out is None:
+        out = (
+            torch.empty_like(x2, memory_format=torch.contiguous_format),
+            torch.empty(m, dtype=torch.float32, device=x2.device),
+            torch.empty(m, dtype=torch.float32, device=x2.device),
+        )
     if m > 0:
-        _BWD_KERNELS[variant][(programs,)](
-            x2, dy2, dx, weight if weight is not None else x2, mean, rstd, dw_partial, db_partial,
-            x2.stride(0), dy2.stride(0), dx.stride(0), m, n,
-            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-        )  # fmt: skip
+        forward_launch(x2, weight, bias, eps, variant, *out)()
+    return out
+
+
+def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None):
+    """Run the backward; returns (dx, dw or None, db or None).
+
+    ``out`` optionally supplies (dx, dw, db) to write into.
+    """
+    m = x2.shape[0]
+    dx, dw, db = out if out is not None else (torch.empty_like(x2, memory_format=torch.contiguous_format), None, None)
+    launch, dw_partial, db_partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx)
+    if m > 0:
+        launch()
     return dx, _column_sum(dw_partial, weight, m, dw), _column_sum(db_partial, bias, m, db)
 
 
@@ -130,9 +171,7 @@ def _column_sum(partial: torch.Tensor, param: torch.Tensor | None, m: int, out: 
     out = torch.empty_like(param) if out is None else out
     if m == 0:
         return out.zero_()
-    g, n = partial.shape
-    block_n = min(triton.next_power_of_2(n), 256)
-    tk.column_sum_kernel[(triton.cdiv(n, block_n),)](partial, out, g, n, BLOCK_G=32, BLOCK_N=block_n, num_warps=4)
+    column_sum_launch(partial, out)()
     return out
 
 

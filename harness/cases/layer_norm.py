@@ -1,9 +1,4 @@
-"""The one table of cases: shapes, dtypes, tolerances and byte models.
-
-Tests, the asv benchmarks, pytest-benchmark and the gate all read this module.
-Append only: renaming or removing a case breaks the comparability of past
-benchmark results.
-"""
+"""LayerNorm cases: shapes, dtypes, tolerances and byte models (append only)."""
 
 import dataclasses
 import math

@@ -1,0 +1,92 @@
+"""Sessions: ``nox -s tests`` (the test command), ``lint``, ``accuracy``, ``bench`` (the main job),
+``tune``, ``gate`` and ``perf``.
+
+Environments
+------------
+* Default: a fresh virtualenv with the pinned torch/triton below (a CPU
+  machine gets CPU torch and runs kernels in Triton's interpreter).
+* ``nox --no-venv ...``: run in the current interpreter, keeping its torch and
+  triton (a GPU runner's CUDA builds). Only missing packages are installed;
+  add ``--no-install`` on an offline machine.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+# What a fresh install gets. The PyTorch baseline's speed depends on this pin.
+TORCH = "torch==2.13.0"
+TRITON = "triton==3.6.0"
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.default_venv_backend = "virtualenv"
+
+
+def _passthrough(session: nox.Session) -> bool:
+    return session.venv_backend == "none"
+
+
+def install(session: nox.Session, *extras: str) -> None:
+    """Install the project with ``extras``; torch/triton only into a fresh venv."""
+    spec = f".[{','.join(extras)}]" if extras else "."
+    if _passthrough(session):
+        session.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        if not session._runner.global_config.no_install:
+            session.run("python", "-m", "pip", "install", "-q", "-e", spec)
+        return
+    session.install(TORCH, TRITON)
+    session.install("-e", spec)
+
+
+def has_cuda(session: nox.Session) -> bool:
+    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+    return subprocess.run([_python(session), "-c", probe], env=_env(session), check=False).returncode == 0
+
+
+def _python(session: nox.Session) -> str:
+    return sys.executable if _passthrough(session) else str(Path(session.bin) / "python")
+
+
+def _env(session: nox.Session) -> dict:
+    return {**os.environ, **session.env}
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint and formatting."""
+    if not _passthrough(session):
+        session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Correctness: interpreter run, then the compiled run (codegen checks, and GPU tests when a GPU is present).
+
+    Extra arguments go to both pytest runs, e.g. ``nox -s tests -- -k two_pass``.
+    """
+    install(session, "test", "attention", "bench")
+    gpu = has_cuda(session)
+    session.log("CUDA device found: GPU tests run and must pass" if gpu else "no CUDA device: GPU tests will SKIP")
+    session.run(
+        "python", "-m", "pytest", "-m", "kernel", *session.posargs, env={"TRITON_INTERPRET": "1"}
+    )  # fmt: skip
+    session.run("python", "-m", "pytest", *(["--require-gpu"] if gpu else []), *session.posargs)
+
+
+@nox.session
+def accuracy(session: nox.Session) -> None:
+    """Print the LayerNorm error table (GPU, or the interpreter on small shapes without one)."""
+    install(session, "test")
+    env = {} if has_cuda(session) else {"TRITON_INTERPRET": "1"}
+    session.run("python", "-m", "harness.accuracy_report", *session.posargs, env=env)
+
+
+def _clean(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

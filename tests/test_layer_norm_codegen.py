@@ -1,0 +1,55 @@
+"""Machine-code checks for the LayerNorm kernels, compiled ahead of time for
+sm_90 without a GPU (harness.codegen). They catch performance regressions a
+CPU-only CI can see: lost 128-bit memory access and register spills.
+
+Launches are built by the same functions the runtime uses, on meta tensors, so
+the kernels, configurations and alignment hints checked here are the real ones.
+"""
+
+import functools
+import re
+
+import pytest
+import torch
+
+from harness.cases.layer_norm import BENCH_SHAPES, DTYPES
+from harness.codegen import compile_sm90, resource_usage, sass
+from kernels.device import interpreter_mode
+from kernels.layer_norm.ops import backward_launch, forward_launch, select_variant
+
+pytestmark = pytest.mark.skipif(interpreter_mode(), reason="ahead-of-time compile: runs in the compiled pytest process")
+
+
+@functools.cache
+def _compiled(variant: str, direction: str, m: int, n: int, dtype: str):
+    dt = DTYPES[dtype]
+    x = torch.empty(m, n, dtype=dt, device="meta")
+    w = torch.empty(n, dtype=dt, device="meta")
+    stats = torch.empty(m, dtype=torch.float32, device="meta")
+    if direction == "fwd":
+        launch = forward_launch(x, w, w, 1e-5, variant, x, stats, stats)
+    else:
+        launch = backward_launch(x, x, w, w, stats, stats, variant, x)[0]
+    cubin = compile_sm90(launch).asm["cubin"]
+    return sass(cubin), resource_usage(cubin)
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+@pytest.mark.parametrize("variant", ["fused", "two_pass"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_aligned_rows_use_128_bit_loads_and_stores(variant, direction, dtype):
+    # N = 4096: every row starts 16-byte aligned and is a multiple of 16 elements.
+    code, _ = _compiled(variant, direction, 4096, 4096, dtype)
+    assert "LDG.E.128" in code, "x/dy loads lost their 128-bit width"
+    assert "STG.E.128" in code, "y/dx stores lost their 128-bit width"
+    narrow_stores = re.findall(r"STG\.E\.U?(?:16|8)\b", code)
+    assert not narrow_stores, f"sub-word stores in an aligned row: {narrow_stores[:4]}"
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(("m", "n"), BENCH_SHAPES, ids=[f"{m}x{n}" for m, n in BENCH_SHAPES])
+def test_auto_kernels_do_not_spill_registers(m, n, dtype, direction):
+    code, usage = _compiled(select_variant("auto", n), direction, m, n, dtype)
+    assert usage["STACK"] == 0 and usage["LOCAL"] == 0, f"spills to local memory: {usage}"
+    assert not re.search(r"\b(LDL|STL)\b", code), "local-memory loads/stores in SASS"
