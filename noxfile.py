@@ -90,3 +90,53 @@ def accuracy(session: nox.Session) -> None:
 
 def _clean(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+SMOKE_ASV_ATTRIBUTES = ["-a", "repeat=1", "-a", "rounds=1", "-a", "number=1", "-a", "warmup_time=0"]
+
+
+def _git_head() -> str:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return head.stdout.strip()
+
+
+def _asv_run_checkout(session: nox.Session, gpu: bool, *asv_args: str) -> tuple[str, str]:
+    """Benchmark the checkout as it is (asv's 'existing' environment) under this
+    machine's name; returns (machine, commit)."""
+    machine = session.run("python", "-m", "harness.device_info", silent=True).strip().splitlines()[-1]
+    commit = _git_head()
+    if subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT, check=False).returncode:
+        session.warn(f"uncommitted changes: their results are filed under HEAD ({commit[:8]})")
+    session.run(
+        "asv", "run", "--environment", f"existing:{_python(session)}", "--launch-method", "forkserver",
+        "--machine", machine, "--set-commit-hash", commit, "--record-samples", "--show-stderr",
+        *([] if gpu else SMOKE_ASV_ATTRIBUTES), *asv_args,
+    )  # fmt: skip
+    return machine, commit
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The main job: benchmark this checkout with asv, store the results, publish
+    the HTML history, print the table and write the chart.
+
+    Extra arguments go to ``asv run``, e.g. ``nox -s bench -- -b two_pass``.
+    """
+    install(session, "bench", "attention")
+    gpu = has_cuda(session)
+    if not gpu:
+        session.warn(
+            "NO GPU: smoke mode. Kernels run in Triton's CPU interpreter at tiny sizes; "
+            "the timings below are INTERPRETER timings, not GPU timings."
+        )
+    machine, commit = _asv_run_checkout(session, gpu, *session.posargs)
+    session.run("asv", "publish")
+    session.run("python", "-m", "harness.report", "--machine", machine, "--commit", commit)
+    session.log(f"HTML history: {ROOT / '.asv' / 'html' / 'index.html'} (serve it with `asv preview`)")
+
+
+@nox.session
+def gate(session: nox.Session) -> None:
+    """The PR's performance verdict from asv results: ``nox -s gate -- --base SHA --head SHA --machine NAME ...``."""
+    install(session, "bench")
+    session.run("python", "-m", "harness.gate", *session.posargs)

@@ -1,0 +1,147 @@
+"""The summary of one asv run that ``nox -s bench`` prints: kernel, case,
+time, speedup over torch (and torch.compile), GB/s and % of the copy peak,
+plus a PNG chart of speedup and % of peak per case.
+
+``python -m harness.report --machine M --commit C`` reads ``.asv/results``.
+"""
+
+import argparse
+import ast
+import itertools
+import math
+from pathlib import Path
+
+from asv.results import iter_results_for_machine_and_hash
+
+from harness.cases.layer_norm import LAYER_NORM_VARIANTS
+
+LN = "bench_layer_norm.LayerNorm"
+LN_METRICS = "bench_layer_norm.LayerNormMetrics"
+LN_GPU_METRICS = "bench_layer_norm.LayerNormGpuMetrics"
+DEVICE = "bench_device.Device"
+
+
+def load_values(results_dir: Path, machine: str, commit: str) -> tuple[dict, dict]:
+    """({benchmark: {param tuple: value}}, machine params) for one commit.
+
+    Failed benchmarks are None, skipped ones NaN, as asv stores them.
+    """
+    values: dict[str, dict[tuple, float | None]] = {}
+    params: dict = {}
+    for result in iter_results_for_machine_and_hash(str(results_dir), machine, commit):
+        params = result.params
+        for key in result.get_all_result_keys():
+            names = result.get_result_params(key)
+            combos = [tuple(ast.literal_eval(p) for p in combo) for combo in itertools.product(*names)] or [()]
+            values[key] = dict(zip(combos, result.get_result_value(key, names), strict=True))
+    return values, params
+
+
+def _value(values, name, key):
+    v = values.get(name, {}).get(key)
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def layer_norm_rows(values: dict) -> list[dict]:
+    rows = []
+    for shape, dtype, direction, variant in values.get(f"{LN_METRICS}.track_gbps", {}):
+        key = (shape, dtype, direction, variant)
+        time_s = _value(values, f"{LN}.time_layer_norm", key)
+        rows.append(
+            {
+                "kernel": f"layer_norm/{variant}",
+                "case": f"{shape} {dtype} {direction}",
+                "time_us": time_s * 1e6 if time_s is not None else None,
+                "speedup_torch": _value(values, f"{LN_METRICS}.track_speedup_vs_torch", key),
+                "speedup_compile": _value(values, f"{LN_GPU_METRICS}.track_speedup_vs_compile", key),
+                "gbps": _value(values, f"{LN_METRICS}.track_gbps", key),
+                "pct_peak": _value(values, f"{LN_GPU_METRICS}.track_pct_peak", key),
+            }
+        )
+    order = {v: i for i, v in enumerate(LAYER_NORM_VARIANTS)}
+    return sorted(rows, key=lambda r: (r["case"], order.get(r["kernel"].split("/")[1], 99)))
+
+
+COLUMNS = [
+    ("kernel", "kernel", "{}"),
+    ("case", "case", "{}"),
+    ("time_us", "time (us)", "{:.1f}"),
+    ("speedup_torch", "vs torch", "{:.2f}x"),
+    ("speedup_compile", "vs compile", "{:.2f}x"),
+    ("gbps", "GB/s", "{:.0f}"),
+    ("pct_peak", "% peak", "{:.1f}"),
+]
+
+
+def markdown_table(rows: list[dict]) -> str:
+    def cell(row, key, fmt):
+        return "n/a" if row.get(key) is None else fmt.format(row[key])
+
+    lines = ["| " + " | ".join(title for _, title, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(r, k, f) for k, _, f in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def chart(rows: list[dict], title: str, path: Path) -> None:
+    """Speedup over torch and % of copy peak per case, one bar per kernel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = sorted({r["case"] for r in rows})
+    kernels = sorted({r["kernel"] for r in rows})
+    fig, axes = plt.subplots(2, 1, figsize=(max(10, 0.45 * len(cases) * len(kernels) / 2), 9), sharex=True)
+    width = 0.8 / max(1, len(kernels))
+    for i, kernel in enumerate(kernels):
+        by_case = {r["case"]: r for r in rows if r["kernel"] == kernel}
+        xs = [c + i * width for c in range(len(cases))]
+        for ax, key in zip(axes, ("speedup_torch", "pct_peak"), strict=True):
+            ax.bar(xs, [(by_case.get(c) or {}).get(key) or 0 for c in cases], width, label=kernel)
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[0].set_ylabel("speedup over eager torch (x)")
+    axes[1].set_ylabel("% of measured copy peak")
+    axes[1].set_xticks([c + 0.4 - width / 2 for c in range(len(cases))], cases, rotation=75, ha="right", fontsize=7)
+    axes[0].legend(fontsize=8)
+    axes[0].set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summarize(results_dir: Path, machine: str, commit: str, out_dir: Path) -> tuple[str, Path]:
+    values, params = load_values(results_dir, machine, commit)
+    if not values:
+        raise SystemExit(f"no asv results for machine {machine!r} at commit {commit[:8]} in {results_dir}")
+    rows = layer_norm_rows(values)
+    copy_peak = _value(values, f"{DEVICE}.track_copy_peak", ())
+    matmul_peak = _value(values, f"{DEVICE}.track_bf16_matmul_peak", ())
+    header = [
+        f"GPU: {params.get('gpu', '?')} (driver {params.get('gpu_driver', '?')}, CUDA {params.get('cuda', '?')}), "
+        f"torch {params.get('torch', '?')}, triton {params.get('triton', '?')}, commit {commit[:8]}",
+        f"copy peak: {copy_peak:.0f} GB/s" if copy_peak else "copy peak: not measured (no GPU)",
+        f"bf16 matmul peak: {matmul_peak:.0f} TFLOP/s" if matmul_peak else "",
+    ]
+    text = "\n".join(filter(None, header)) + "\n\n" + markdown_table(rows)
+    stem = out_dir / f"bench-{machine}-{commit[:8]}"
+    stem.with_suffix(".md").parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".md").write_text(text + "\n")
+    chart(rows, f"{params.get('gpu', machine)} @ {commit[:8]}", stem.with_suffix(".png"))
+    return text, stem.with_suffix(".png")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--machine", required=True)
+    parser.add_argument("--commit", required=True)
+    parser.add_argument("--results", type=Path, default=Path(".asv/results"))
+    parser.add_argument("--out", type=Path, default=Path(".asv/report"))
+    args = parser.parse_args()
+    text, png = summarize(args.results, args.machine, args.commit, args.out)
+    print(text)
+    print(f"\nchart: {png}")
+
+
+if __name__ == "__main__":
+    main()

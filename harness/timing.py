@@ -1,0 +1,102 @@
+"""GPU timing shared by the asv suite, pytest-benchmark, the tuner and the gate.
+
+* Kernel times are medians of CUDA-event timings by ``triton.testing.do_bench``
+  after warm-up, with L2 flushed before every run.
+* Ratios (kernel vs baseline, kernel vs copy) are measured interleaved in
+  one process: round after round alternates the two, so clock and thermal
+  drift hit both alike; the ratio reported is the median of per-round ratios.
+* Peaks are measured on the device, not read off a datasheet: a large
+  device-to-device copy (bytes read + written) and a large bf16 matmul.
+
+Without a GPU (Triton's interpreter) the same functions time with the wall
+clock, and ``gpu_timing()`` says so: such numbers are for smoke runs only.
+"""
+
+import functools
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+WARMUP_MS = 25
+REP_MS = 100
+ROUNDS = 5
+COPY_BYTES = 1 << 30  # 1 GiB each way: far past any L2
+
+
+def gpu_timing() -> bool:
+    return torch.cuda.is_available()
+
+
+def sync() -> None:
+    if gpu_timing():
+        torch.cuda.synchronize()
+
+
+def median_ms(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS) -> float:
+    """Median time of ``fn`` in milliseconds (device events; L2 flushed per run)."""
+    if gpu_timing():
+        import triton.testing
+
+        return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+    fn()  # interpreter smoke: one warm-up, then a few wall-clock runs
+    runs = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        runs.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(runs)
+
+
+def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int = ROUNDS) -> dict[str, list[float]]:
+    """Per-round median times of several callables, measured alternately."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(median_ms(fn))
+    return times
+
+
+def ratio(numerator: Callable[[], object], denominator: Callable[[], object], rounds: int = ROUNDS) -> float:
+    """Median over interleaved rounds of time(numerator) / time(denominator).
+
+    ``ratio(baseline, kernel)`` is the kernel's speedup over the baseline.
+    """
+    t = interleaved_ms({"num": numerator, "den": denominator}, rounds)
+    return statistics.median(a / b for a, b in zip(t["num"], t["den"], strict=True))
+
+
+@functools.cache
+def _copy_buffers() -> tuple[torch.Tensor, torch.Tensor]:
+    src = torch.randn(COPY_BYTES // 4, device="cuda")
+    return src, torch.empty_like(src)
+
+
+def copy(nbytes: int = COPY_BYTES) -> Callable[[], object]:
+    """A device-to-device copy of ``nbytes`` (from a reused 1 GiB buffer pair)."""
+    src, dst = _copy_buffers()
+    n = min(nbytes, COPY_BYTES) // 4
+    return lambda: dst[:n].copy_(src[:n])
+
+
+@functools.cache
+def copy_peak_gbps() -> float:
+    """Device copy bandwidth in GB/s, counting bytes read plus bytes written."""
+    return 2 * COPY_BYTES / median_ms(copy()) / 1e6
+
+
+@functools.cache
+def matmul_peak_tflops(n: int = 8192) -> float:
+    """bf16 dense matmul rate on random data (zeros run faster and would flatter it)."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    return 2 * n**3 / median_ms(lambda: a @ b) / 1e9
+
+
+def gbps(nbytes: int, ms: float) -> float:
+    return nbytes / ms / 1e6
+
+
+def tflops(flops: float, ms: float) -> float:
+    return flops / ms / 1e9
