@@ -11,7 +11,6 @@ Environments
 """
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +36,7 @@ def install(session: nox.Session, *extras: str) -> None:
     if _passthrough(session):
         session.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         if not session._runner.global_config.no_install:
-            session.run("python", "-m", "pip", "install", "-q", "-e", spec)
+            py(session, "-m", "pip", "install", "-q", "-e", spec)
         return
     session.install(TORCH, TRITON)
     session.install("-e", spec)
@@ -53,7 +52,13 @@ def _python(session: nox.Session) -> str:
 
 
 def _env(session: nox.Session) -> dict:
-    return {**os.environ, **session.env}
+    # session.env maps variables nox unsets to None
+    return {k: v for k, v in {**os.environ, **session.env}.items() if v is not None}
+
+
+def py(session: nox.Session, *args: str, **kwargs):
+    """Run this session's Python (the venv's, or the current interpreter's with --no-venv)."""
+    return session.run(_python(session), *args, **kwargs)
 
 
 @nox.session
@@ -74,10 +79,11 @@ def tests(session: nox.Session) -> None:
     install(session, "test", "attention", "bench")
     gpu = has_cuda(session)
     session.log("CUDA device found: GPU tests run and must pass" if gpu else "no CUDA device: GPU tests will SKIP")
-    session.run(
-        "python", "-m", "pytest", "-m", "kernel", *session.posargs, env={"TRITON_INTERPRET": "1"}
-    )  # fmt: skip
-    session.run("python", "-m", "pytest", *(["--require-gpu"] if gpu else []), *session.posargs)
+    junit = os.environ.get("KERNELS_JUNIT_DIR")  # one JUnit XML per pytest run, for the gate
+    report = lambda name: [f"--junitxml={Path(junit) / name}.xml"] if junit else []
+    interpreted = ["-m", "kernel", *report("interpreter"), *session.posargs]
+    py(session, "-m", "pytest", *interpreted, env={"TRITON_INTERPRET": "1"})
+    py(session, "-m", "pytest", *(["--require-gpu"] if gpu else []), *report("compiled"), *session.posargs)
 
 
 @nox.session
@@ -85,11 +91,7 @@ def accuracy(session: nox.Session) -> None:
     """Print the LayerNorm error table (GPU, or the interpreter on small shapes without one)."""
     install(session, "test")
     env = {} if has_cuda(session) else {"TRITON_INTERPRET": "1"}
-    session.run("python", "-m", "harness.accuracy_report", *session.posargs, env=env)
-
-
-def _clean(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    py(session, "-m", "harness.accuracy_report", *session.posargs, env=env)
 
 
 SMOKE_ASV_ATTRIBUTES = ["-a", "repeat=1", "-a", "rounds=1", "-a", "number=1", "-a", "warmup_time=0"]
@@ -103,12 +105,12 @@ def _git_head() -> str:
 def _asv_run_checkout(session: nox.Session, gpu: bool, *asv_args: str) -> tuple[str, str]:
     """Benchmark the checkout as it is (asv's 'existing' environment) under this
     machine's name; returns (machine, commit)."""
-    machine = session.run("python", "-m", "harness.device_info", silent=True).strip().splitlines()[-1]
+    machine = py(session, "-m", "harness.device_info", silent=True).strip().splitlines()[-1]
     commit = _git_head()
     if subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT, check=False).returncode:
         session.warn(f"uncommitted changes: their results are filed under HEAD ({commit[:8]})")
-    session.run(
-        "asv", "run", "--environment", f"existing:{_python(session)}", "--launch-method", "forkserver",
+    py(
+        session, "-m", "asv", "run", "--environment", f"existing:{_python(session)}", "--launch-method", "forkserver",
         "--machine", machine, "--set-commit-hash", commit, "--record-samples", "--show-stderr",
         *([] if gpu else SMOKE_ASV_ATTRIBUTES), *asv_args,
     )  # fmt: skip
@@ -130,8 +132,8 @@ def bench(session: nox.Session) -> None:
             "the timings below are INTERPRETER timings, not GPU timings."
         )
     machine, commit = _asv_run_checkout(session, gpu, *session.posargs)
-    session.run("asv", "publish")
-    session.run("python", "-m", "harness.report", "--machine", machine, "--commit", commit)
+    py(session, "-m", "asv", "publish")
+    py(session, "-m", "harness.report", "--machine", machine, "--commit", commit)
     session.log(f"HTML history: {ROOT / '.asv' / 'html' / 'index.html'} (serve it with `asv preview`)")
 
 
@@ -139,4 +141,4 @@ def bench(session: nox.Session) -> None:
 def gate(session: nox.Session) -> None:
     """The PR's performance verdict from asv results: ``nox -s gate -- --base SHA --head SHA --machine NAME ...``."""
     install(session, "bench")
-    session.run("python", "-m", "harness.gate", *session.posargs)
+    py(session, "-m", "harness.gate", *session.posargs)

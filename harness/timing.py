@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import torch
 
-WARMUP_MS = 25
-REP_MS = 100
-ROUNDS = 5
+WARMUP_MS = 10
+REP_MS = 50
+ROUNDS = 3
 COPY_BYTES = 1 << 30  # 1 GiB each way: far past any L2
 
 

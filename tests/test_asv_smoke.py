@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 )
 SMOKE_ATTRIBUTES = ["-a", "repeat=1", "-a", "rounds=1", "-a", "number=1", "-a", "warmup_time=0"]
 # Skipped by design in smoke mode (NotImplementedError in setup): GPU-only references and metrics.
-GPU_ONLY = ("torch_compile", "LayerNormGpuMetrics", "bench_device", "Attention")
+GPU_ONLY = ("torch_compile", "LayerNormGpuMetrics", "LayerNormVsCompile", "bench_device", "Attention")
 
 
 def asv(*args, cwd=ROOT):

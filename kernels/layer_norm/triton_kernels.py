@@ -42,6 +42,14 @@ import triton.language as tl
 
 
 @triton.jit
+def _div(total, n):
+    # Correctly rounded: Triton's `/` is div.full.f32 (2 ulp), which for N = 1
+    # leaves g - c2 != 0 in the backward, amplified by rstd = 1/sqrt(eps).
+    # These are per-row scalars, so exactness costs nothing measurable.
+    return tl.math.div_rn(total, n * 1.0)
+
+
+@triton.jit
 def _row_offsets(rows, stride):
     # int64: M * stride can exceed 2**31 for large activations.
     return rows.to(tl.int64)[:, None] * stride
@@ -76,9 +84,9 @@ def fused_fwd_kernel(
 
     # Statistics of the shifted row; masked columns contribute exact zeros.
     xs = tl.where(mask, x - shift[:, None], 0.0)
-    mean_s = tl.sum(xs, axis=1) / N
+    mean_s = _div(tl.sum(xs, axis=1), N)
     xc = tl.where(mask, xs - mean_s[:, None], 0.0)
-    rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
+    rstd = tl.rsqrt(_div(tl.sum(xc * xc, axis=1), N) + eps)
 
     y = xc * rstd[:, None]
     if HAS_WEIGHT:
@@ -127,12 +135,12 @@ def two_pass_fwd_kernel(
         n_seen = start * 1.0  # as fp32
         n_chunk = tl.minimum(N - start, BLOCK_N) * 1.0
         n_total = n_seen + n_chunk
-        chunk_mean = tl.sum(xs, axis=1) / n_chunk
+        chunk_mean = _div(tl.sum(xs, axis=1), n_chunk)
         d = tl.where(mask, xs - chunk_mean[:, None], 0.0)
         delta = chunk_mean - mean_s
-        mean_s += delta * (n_chunk / n_total)
-        m2 += tl.sum(d * d, axis=1) + delta * delta * (n_seen * n_chunk / n_total)
-    rstd = tl.rsqrt(m2 / N + eps)
+        mean_s += delta * _div(n_chunk, n_total)
+        m2 += tl.sum(d * d, axis=1) + delta * delta * _div(n_seen * n_chunk, n_total)
+    rstd = tl.rsqrt(_div(m2, N) + eps)
 
     # Pass 2: normalize and apply the affine transform.
     for start in range(0, N, BLOCK_N):
@@ -190,8 +198,8 @@ def fused_bwd_kernel(
         g = dy
         if HAS_WEIGHT:
             g = dy * w[None, :]
-        c1 = tl.sum(xhat * g, axis=1) / N
-        c2 = tl.sum(g, axis=1) / N
+        c1 = _div(tl.sum(xhat * g, axis=1), N)
+        c2 = _div(tl.sum(g, axis=1), N)
         dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
         tl.store(DX + _row_offsets(rows, stride_dx) + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
@@ -251,8 +259,8 @@ def two_pass_bwd_kernel(
             xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
             sum_xhat_g += tl.sum(xhat * g, axis=1)
             sum_g += tl.sum(g, axis=1)
-        c1 = sum_xhat_g / N
-        c2 = sum_g / N
+        c1 = _div(sum_xhat_g, N)
+        c2 = _div(sum_g, N)
 
         # Pass 2: dx, and this block's share of dw and db.
         for start in range(0, N, BLOCK_N):

@@ -1,0 +1,4 @@
+from kernels.attention.ops import FlashAttnVarlenFunction, flash_attn_varlen_func
+from kernels.attention.tilelang_kernels import ACCUM_MODES
+
+__all__ = ["ACCUM_MODES", "FlashAttnVarlenFunction", "flash_attn_varlen_func"]

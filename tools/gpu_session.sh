@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# A full pass on an offline GPU machine whose image already has CUDA torch and
+# triton (the self-hosted runner image, or a lent GPU): tests, accuracy table,
+# benchmarks. Packages the image lacks (TileLang, asv, nox) come from
+# .gpu-bundle/site.tar.xz, built by shared/gpu/make-bundle.sh.
+#
+#   tools/gpu_session.sh STEP...      STEP: tests | accuracy | bench[=ASV_ARGS] | bench-bg[=ASV_ARGS] | wait | collect
+#
+# bench-bg starts the benchmarks detached (setsid) so a caller limited to a few
+# minutes per command can poll with `wait`. Artifacts go to $OUT (default /tmp/out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+site=/tmp/gpu-site
+if [ ! -d "$site/tilelang" ]; then
+  mkdir -p "$site" && tar -C "$site" -xJf .gpu-bundle/site.tar.xz || exit 1
+fi
+export PYTHONPATH="$site:$PWD" PYTHONUNBUFFERED=1 KERNELS_REQUIRE_GPU=1
+export TILELANG_CACHE_DIR=/tmp/tilelang-cache
+nox_() { python3 -m nox --no-venv --no-install "$@"; }
+status=0
+for step in "$@"; do
+  case $step in
+    tests)
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+      KERNELS_JUNIT_DIR="$OUT" nox_ -s tests -- -q 2>&1 | tee "$OUT/tests.log" | grep -E "passed|failed|error|SKIPPED|^FAILED" ;
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    accuracy)
+      nox_ -s accuracy 2>&1 | tee "$OUT/accuracy.md" | tail -5; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    bench|bench=*)
+      nox_ -s bench -- ${step#bench=} 2>&1 | tee /tmp/bench.log | grep -vE "^\s+(For parameters|[0-9]+x[0-9]+)" ;
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    bench-bg|bench-bg=*)
+      args=${step#bench-bg}; args=${args#=}
+      setsid bash -c "python3 -m nox --no-venv --no-install -s bench -- $args > /tmp/bench.log 2>&1; echo \$? > /tmp/bench.rc" &
+      echo "benchmarks started in the background" ;;
+    wait)
+      for _ in $(seq 1 110); do [ -f /tmp/bench.rc ] && break; sleep 5; done
+      grep -E "^\[ *[0-9.]+%\]" /tmp/bench.log | tail -2
+      if [ -f /tmp/bench.rc ]; then sed -n '/^GPU:/,$p' /tmp/bench.log; [ "$(cat /tmp/bench.rc)" = 0 ] || status=1; else echo "still running"; fi ;;
+    collect)
+      cp /tmp/bench.log "$OUT/bench.log" 2>/dev/null
+      tar -czf "$OUT/asv.tgz" .asv/results .asv/report 2>/dev/null; ls -la "$OUT" ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+done
+exit $status
