@@ -142,3 +142,10 @@ def gate(session: nox.Session) -> None:
     """The PR's performance verdict from asv results: ``nox -s gate -- --base SHA --head SHA --machine NAME ...``."""
     install(session, "bench")
     py(session, "-m", "harness.gate", *session.posargs)
+
+
+@nox.session
+def tune(session: nox.Session) -> None:
+    """Sweep LayerNorm launch configs on the GPU and keep the best (``nox -s tune -- --help``)."""
+    install(session, "bench")
+    py(session, "-m", "harness.tune", *session.posargs)

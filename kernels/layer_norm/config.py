@@ -1,14 +1,16 @@
 """Launch configurations for the LayerNorm kernels.
 
 A configuration is looked up in ``tuned_configs.json`` (written by
-``nox -s tune``) for the current GPU class, variant, direction, dtype and N;
-otherwise a heuristic picks one. Launchers, the ahead-of-time code checks and
+``nox -s tune``; ``KERNELS_TUNED_CONFIGS=path`` points at another table, e.g.
+to try or to inject a slower one) for the current GPU class, variant,
+direction, dtype and N; otherwise a heuristic picks one. Launchers, the ahead-of-time code checks and
 the tuner all go through ``launch_config`` so they see the same kernels.
 """
 
 import dataclasses
 import functools
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -50,11 +52,13 @@ def tuned_key(variant: str, direction: str, dtype: torch.dtype, n: int) -> str:
     return f"{variant}/{direction}/{str(dtype).removeprefix('torch.')}/{n}"
 
 
+def tuned_file() -> Path:
+    return Path(os.environ.get("KERNELS_TUNED_CONFIGS", TUNED_FILE))
+
+
 @functools.cache
-def _tuned_table() -> dict:
-    if not TUNED_FILE.exists():
-        return {}
-    return json.loads(TUNED_FILE.read_text())
+def _tuned_table(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _warps_for(elements: int, per_thread: int) -> int:
@@ -76,7 +80,7 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
 
 def launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> LaunchConfig:
     """The configuration for one launch; ``variant`` is "fused" or "two_pass"."""
-    tuned = _tuned_table().get(gpu or "", {}).get(tuned_key(variant, direction, dtype, n))
+    tuned = _tuned_table(tuned_file()).get(gpu or "", {}).get(tuned_key(variant, direction, dtype, n))
     if tuned is not None:
         return LaunchConfig(**tuned)
     return heuristic_config(variant, direction, dtype, n)

@@ -13,7 +13,7 @@ import triton
 
 from kernels.device import gpu_class, interpreter_mode, sm_count
 from kernels.layer_norm import triton_kernels as tk
-from kernels.layer_norm.config import FUSED_MAX_N, launch_config, resolve_variant
+from kernels.layer_norm.config import FUSED_MAX_N, LaunchConfig, launch_config, resolve_variant
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -87,9 +87,12 @@ class Launch:
         self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps)
 
 
-def forward_launch(x2, weight, bias, eps: float, variant: str, y, mean, rstd) -> Launch:
+def forward_launch(
+    x2, weight, bias, eps: float, variant: str, y, mean, rstd, cfg: LaunchConfig | None = None
+) -> Launch:
+    """``cfg`` overrides the tuned/heuristic configuration (the tuner sweeps it)."""
     m, n = x2.shape
-    cfg = launch_config(variant, "fwd", x2.dtype, n, _gpu(x2))
+    cfg = cfg or launch_config(variant, "fwd", x2.dtype, n, _gpu(x2))
     return Launch(
         kernel=_FWD_KERNELS[variant],
         grid=(triton.cdiv(m, cfg.block_m),),
@@ -101,10 +104,12 @@ def forward_launch(x2, weight, bias, eps: float, variant: str, y, mean, rstd) ->
     )  # fmt: skip
 
 
-def backward_launch(dy2, x2, weight, bias, mean, rstd, variant: str, dx) -> tuple[Launch, torch.Tensor, torch.Tensor]:
+def backward_launch(
+    dy2, x2, weight, bias, mean, rstd, variant: str, dx, cfg: LaunchConfig | None = None
+) -> tuple[Launch, torch.Tensor, torch.Tensor]:
     """The backward launch and its fp32 dw/db partial buffers ([programs, N])."""
     m, n = x2.shape
-    cfg = launch_config(variant, "bwd", x2.dtype, n, _gpu(x2))
+    cfg = cfg or launch_config(variant, "bwd", x2.dtype, n, _gpu(x2))
     sms = sm_count(x2.device.index or 0) if x2.is_cuda else 2
     programs = max(1, min(triton.cdiv(m, cfg.block_m), sms * cfg.programs_per_sm))
     # two_pass accumulates into its partial rows, so they start at zero.
