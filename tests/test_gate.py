@@ -131,7 +131,7 @@ def write_results(root: Path, commit: str, space: dict[str, Bench], changes=None
     """
     changes = changes or {}
     params = {"machine": machine, **gpu, "python": "3.12", "cpu": "synthetic", "os": "Linux"}
-    date = util.datetime_to_js_timestamp(datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc))
+    date = util.datetime_to_js_timestamp(datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC))
     results = Results(params, {}, commit, date, "3.12", "virtualenv-py3.12", {})
     for name, bench in space.items():
         values = [changes.get(case, healthy(case, bench.unit, commit)) for case in bench.cases(name)]

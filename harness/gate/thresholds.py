@@ -24,9 +24,8 @@ A rule that matches no benchmark case is a configuration error.
 import dataclasses
 import fnmatch
 import itertools
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 from harness.gate import GateError
 from harness.gate.asv_results import Case
