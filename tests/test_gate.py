@@ -38,6 +38,7 @@ LN_TIME = "bench_layer_norm.LayerNorm.time_layer_norm"
 LN_SPEEDUP = "bench_layer_norm.LayerNormMetrics.track_speedup_vs_torch"
 ATT_TIME = "bench_attention.AttentionBackward.time_backward"
 
+
 @dataclasses.dataclass(frozen=True)
 class Bench:
     params: dict[str, list[str]]  # name -> values, in declared order
