@@ -53,3 +53,13 @@ def test_auto_kernels_do_not_spill_registers(m, n, dtype, direction):
     code, usage = _compiled(select_variant("auto", n), direction, m, n, dtype)
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0, f"spills to local memory: {usage}"
     assert not re.search(r"\b(LDL|STL)\b", code), "local-memory loads/stores in SASS"
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+@pytest.mark.parametrize("variant", ["fused", "two_pass"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_non_power_of_two_rows_keep_128_bit_access(variant, direction, dtype):
+    # N = 5000 is a multiple of 8, so each row of a contiguous tensor starts
+    # 16-byte aligned; the launcher's VEC hint must turn that into 16-byte access.
+    code, _ = _compiled(variant, direction, 4096, 5000, dtype)
+    assert "LDG.E.128" in code and "STG.E.128" in code

@@ -23,6 +23,7 @@ SUPPORTED_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 SUPPORTED_HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
 MIN_CAPABILITY = (8, 0)  # bf16 tensor cores
 TMA_MIN_CAPABILITY = (9, 0)  # TMA bulk tensor reductions
+MAX_BATCH = 65535  # sequences run along gridDim.z, whose CUDA limit this is
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +205,10 @@ def check_inputs(
             raise ValueError(f"flash_attn_varlen_func: {name} is on {cu.device} but q is on {q.device}")
         if cu.numel() < 2:
             raise ValueError(f"flash_attn_varlen_func: {name} needs at least 2 entries (batch + 1), got {cu.numel()}")
+    if cu_seqlens_q.numel() - 1 > MAX_BATCH:
+        raise ValueError(
+            f"flash_attn_varlen_func: {cu_seqlens_q.numel() - 1} sequences; the kernels take at most {MAX_BATCH}"
+        )
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         raise ValueError(
             f"flash_attn_varlen_func: cu_seqlens_q has {cu_seqlens_q.numel()} entries but cu_seqlens_k has "

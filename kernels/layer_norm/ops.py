@@ -87,6 +87,22 @@ class Launch:
         self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps)
 
 
+def vector_width(n: int, *tensors: torch.Tensor | None) -> int:
+    """Elements per 16-byte access that every row of ``tensors`` is aligned to:
+    the largest power of two dividing N, each row stride and each base address."""
+    present = [t for t in tensors if t is not None]
+    elem = present[0].element_size()
+
+    def aligned(vec: int) -> bool:
+        rows_ok = all(t.data_ptr() % (vec * elem) == 0 and (t.dim() == 1 or t.stride(0) % vec == 0) for t in present)
+        return n % vec == 0 and rows_ok
+
+    vec = 16 // elem
+    while vec > 1 and not aligned(vec):
+        vec //= 2
+    return vec
+
+
 def forward_launch(
     x2, weight, bias, eps: float, variant: str, y, mean, rstd, cfg: LaunchConfig | None = None
 ) -> Launch:
@@ -99,7 +115,7 @@ def forward_launch(
         args=(x2, y, weight if weight is not None else x2, bias if bias is not None else x2, mean, rstd,
               x2.stride(0), y.stride(0), m, n, eps),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
+                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, y, weight, bias)),
         num_warps=cfg.num_warps,
     )  # fmt: skip
 
@@ -122,7 +138,7 @@ def backward_launch(
         args=(x2, dy2, dx, weight if weight is not None else x2, mean, rstd, dw_partial, db_partial,
               x2.stride(0), dy2.stride(0), dx.stride(0), m, n),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n),
+                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, dy2, dx, weight)),
         num_warps=cfg.num_warps,
     )  # fmt: skip
     return launch, dw_partial, db_partial
