@@ -149,3 +149,28 @@ def tune(session: nox.Session) -> None:
     """Sweep LayerNorm launch configs on the GPU and keep the best (``nox -s tune -- --help``)."""
     install(session, "bench")
     py(session, "-m", "harness.tune", *session.posargs)
+
+
+# pytest-benchmark's table: the robust statistics first; a group is one case, kernels beside baselines.
+PERF_REPORT = ["--benchmark-group-by=group", "--benchmark-columns=median,iqr,min,max,rounds,iterations"]
+# Interpreter smoke: one measured round per benchmark (still saved and compared), no time budget.
+SMOKE_PERF_ROUNDS = ["--benchmark-min-rounds=1", "--benchmark-max-time=0"]
+
+
+@nox.session
+def perf(session: nox.Session) -> None:
+    """pytest-benchmark for the kernel developer's loop (docs/perf-loop.md): save a
+    baseline, edit a kernel, compare. Extra arguments go to pytest, e.g.
+    ``nox -s perf -- -k two_pass --benchmark-save=base``, then
+    ``nox -s perf -- -k two_pass --benchmark-compare --benchmark-compare-fail=median:5%``.
+    """
+    install(session, "test", "bench")
+    gpu = has_cuda(session)
+    if not gpu:
+        session.warn(
+            "NO GPU: smoke run. Kernels run in Triton's CPU interpreter at tiny sizes; "
+            "the timings are INTERPRETER timings, not GPU timings."
+        )
+    env = {} if gpu else {"TRITON_INTERPRET": "1"}
+    rounds = [] if gpu else SMOKE_PERF_ROUNDS
+    py(session, "-m", "pytest", "tests/perf", "--perf", *PERF_REPORT, *rounds, *session.posargs, env=env)

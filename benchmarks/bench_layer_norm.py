@@ -6,8 +6,6 @@ history need: speedups (interleaved, in one process), GB/s and % of the
 measured copy peak. Shapes and dtypes come from harness.cases.layer_norm.
 """
 
-import time
-
 from harness import timing
 from harness.cases.layer_norm import (
     BENCH_DIRECTIONS,
@@ -20,12 +18,6 @@ from harness.cases.layer_norm import (
 )
 from harness.workloads import bench_case as sized
 from harness.workloads import layer_norm_workload, rotations
-
-
-def device_timer() -> float:
-    """asv's clock, read only once the device has finished the queued work."""
-    timing.sync()
-    return time.perf_counter()
 
 
 def _workload(shape, dtype, direction, impl, rotate=False):
@@ -41,7 +33,7 @@ def _workload(shape, dtype, direction, impl, rotate=False):
 class LayerNorm:
     params = [shape_names(), BENCH_DTYPES, BENCH_DIRECTIONS, LAYER_NORM_VARIANTS + LAYER_NORM_REFERENCES]
     param_names = ["shape", "dtype", "direction", "impl"]
-    timer = staticmethod(device_timer)
+    timer = staticmethod(timing.device_clock)  # reads the clock once the device is idle
     repeat = (3, 10, 2.0)  # (min samples, max samples, seconds) per round
     timeout = 600  # torch.compile's first compile can take minutes
 

@@ -86,12 +86,17 @@ def copy_peak_gbps() -> float:
     return 2 * COPY_BYTES / median_ms(copy()) / 1e6
 
 
-@functools.cache
-def matmul_peak_tflops(n: int = 8192) -> float:
-    """bf16 dense matmul rate on random data (zeros run faster and would flatter it)."""
+def matmul(n: int = 8192) -> tuple[Callable[[], object], float]:
+    """A bf16 n^3 matmul on random data (zeros run faster and would flatter it), and its FLOPs."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    return 2 * n**3 / median_ms(lambda: a @ b) / 1e9
+    return (lambda: a @ b), 2 * n**3
+
+
+@functools.cache
+def matmul_peak_tflops() -> float:
+    fn, flops = matmul()
+    return tflops(flops, median_ms(fn))
 
 
 def gbps(nbytes: int, ms: float) -> float:
@@ -100,3 +105,10 @@ def gbps(nbytes: int, ms: float) -> float:
 
 def tflops(flops: float, ms: float) -> float:
     return flops / ms / 1e9
+
+
+def device_clock() -> float:
+    """A wall clock read only once the device has finished the queued work
+    (pytest-benchmark's timer: a round then spans its kernels, not their launches)."""
+    sync()
+    return time.perf_counter()

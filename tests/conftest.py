@@ -9,6 +9,7 @@
 """
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ import torch
 from kernels.device import interpreter_mode
 
 NO_GPU_REASON = "NO GPU: this kernel test needs a CUDA device (it ran nowhere)"
+PERF_DIR = Path(__file__).with_name("perf")
 
 
 def pytest_addoption(parser):
@@ -25,6 +27,14 @@ def pytest_addoption(parser):
         default=os.environ.get("KERNELS_REQUIRE_GPU") == "1",
         help="fail instead of skipping tests that need a CUDA device",
     )
+    parser.addoption("--perf", action="store_true", help="collect the pytest-benchmark suite in tests/perf")
+
+
+def pytest_ignore_collect(collection_path, config):
+    # The benchmarks are a developer's inner loop (nox -s perf), not tests: keep them out of CI's test runs.
+    if collection_path.is_relative_to(PERF_DIR) and not config.getoption("--perf"):
+        return True
+    return None
 
 
 def pytest_configure(config):

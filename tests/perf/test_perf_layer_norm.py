@@ -1,0 +1,51 @@
+"""LayerNorm under pytest-benchmark: every case of harness.cases.layer_norm,
+the Triton variants beside eager PyTorch and torch.compile, one group per case.
+
+The asv twin is benchmarks/bench_layer_norm.py; both time layer_norm_workload.
+"""
+
+import pytest
+
+from harness import timing
+from harness.cases.layer_norm import (
+    BENCH_DIRECTIONS,
+    BENCH_DTYPES,
+    LAYER_NORM_BASELINE,
+    LAYER_NORM_REFERENCES,
+    LAYER_NORM_VARIANTS,
+    bench_case,
+    shape_names,
+)
+from harness.workloads import bench_case as sized
+from harness.workloads import layer_norm_workload, rotations
+
+pytestmark = [
+    # Device time: the clock is read after a device sync. Warm-up rounds (GPU clocks, caches)
+    # precede the measured ones; the interpreter has nothing to warm.
+    pytest.mark.benchmark(timer=timing.device_clock, warmup=timing.gpu_timing()),
+    pytest.mark.usefixtures("kernel_device"),  # a GPU, or the interpreter; else skip (or fail with --require-gpu)
+]
+
+
+def ready(case, impl, direction, rotate=1):
+    fn = layer_norm_workload(case, impl, direction, rotate)
+    fn()  # compile (Triton JIT, torch.compile) before any round
+    timing.sync()
+    return fn
+
+
+@pytest.mark.parametrize("impl", LAYER_NORM_VARIANTS + LAYER_NORM_REFERENCES)
+@pytest.mark.parametrize("direction", BENCH_DIRECTIONS)
+@pytest.mark.parametrize("dtype", BENCH_DTYPES)
+@pytest.mark.parametrize("shape", shape_names())
+def test_layer_norm(benchmark, record_perf, shape, dtype, direction, impl):
+    if impl == "torch_compile" and not timing.gpu_timing():
+        pytest.skip("torch.compile is a GPU reference; not run in interpreter smoke mode")
+    table_case = bench_case(shape, dtype)
+    benchmark.group = f"layer_norm {table_case.name} {direction}"  # named by the table's case, not its smoke size
+    case = sized(table_case)
+    nbytes = case.bytes_moved(direction)
+    # Rotated input sets: the timer cannot flush L2 between iterations.
+    fn = ready(case, impl, direction, rotations(nbytes))
+    benchmark(fn)
+    record_perf(fn, nbytes, None if impl == LAYER_NORM_BASELINE else ready(case, LAYER_NORM_BASELINE, direction))
