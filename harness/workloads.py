@@ -68,3 +68,54 @@ def layer_norm_workload(case: LayerNormCase, impl: str, direction: str, rotate: 
         return torch.autograd.grad(run_impl(x, w, b, case.eps), (x, w, b), dy)
 
     return forward_backward if backward else forward
+
+
+def attention_backward_workload(case, impl: str) -> Callable[[], object]:
+    """The backward of one attention case, on saved forward outputs.
+
+    Ours (``elem``/``region``/``tma``): preprocess + main + postprocess, varlen
+    natively (no pad/unpad). ``fa2_varlen``: torch's varlen_attn backward (FA2),
+    d_qk == d_v only. ``cudnn_sdpa``: cuDNN SDPA backward on the batch padded to
+    the longest sequence (padding is outside the timed call, and its extra
+    FLOPs are inside it). Unsupported combinations raise NotImplementedError.
+    """
+    from kernels.attention import ACCUM_MODES
+    from kernels.attention.ops import attention_backward, attention_forward
+
+    inp = case.make_inputs("cuda")
+    q, k, v, do = inp["q"], inp["k"], inp["v"], inp["do"]
+    cu_q, cu_k, max_q, max_k = inp["cu_seqlens_q"], inp["cu_seqlens_k"], inp["max_seqlen_q"], inp["max_seqlen_k"]
+    if impl in ACCUM_MODES:
+        o, lse = attention_forward(q, k, v, cu_q, cu_k, max_q, case.causal)
+        return lambda: attention_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, case.causal, accum=impl)
+    if impl == "fa2_varlen":
+        if case.dim_qk != case.dim_v:
+            raise NotImplementedError("torch's varlen_attn (FA2) needs d_qk == d_v")
+        from torch.nn.attention.varlen import varlen_attn
+
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        window = (-1, 0) if case.causal else (-1, -1)
+        out = varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, window_size=window)
+        return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+    if impl == "cudnn_sdpa":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def padded(t, cu, heads, max_len):  # (total, H, d) -> (batch, H, max_len, d)
+            batch = cu.numel() - 1
+            out = t.new_zeros(batch, max_len, heads, t.shape[-1])
+            for i, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True)):
+                out[i, : b - a] = t[a:b]
+            return out.transpose(1, 2).contiguous().requires_grad_()
+
+        qp, dop = padded(q, cu_q, case.heads, max_q), padded(do, cu_q, case.heads, max_q).detach()
+        kp, vp = padded(k, cu_k, case.heads_kv, max_k), padded(v, cu_k, case.heads_kv, max_k)
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                out = torch.nn.functional.scaled_dot_product_attention(
+                    qp, kp, vp, is_causal=case.causal, enable_gqa=case.heads != case.heads_kv
+                )
+                torch.autograd.grad(out, (qp, kp, vp), dop, retain_graph=True)
+        except RuntimeError as err:
+            raise NotImplementedError(f"cuDNN SDPA does not run this case: {err}") from err
+        return lambda: torch.autograd.grad(out, (qp, kp, vp), dop, retain_graph=True)
+    raise ValueError(f"unknown attention backward implementation {impl!r}")

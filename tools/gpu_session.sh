@@ -4,7 +4,14 @@
 # benchmarks. Packages the image lacks (TileLang, asv, nox) come from
 # .gpu-bundle/site.tar.xz, built by shared/gpu/make-bundle.sh.
 #
-#   tools/gpu_session.sh STEP...      STEP: tests | accuracy | bench[=ASV_ARGS] | bench-bg[=ASV_ARGS] | wait | collect
+#   tools/gpu_session.sh STEP...
+#     tests        nox -s tests (interpreter run + compiled run with --require-gpu)
+#     gpu-tests    the compiled pytest run only, for images whose numpy (>= 2.4)
+#                  breaks Triton 3.6's interpreter; CPU CI runs the interpreter part
+#     accuracy     the LayerNorm error table
+#     perf-demo    pytest-benchmark: save a run, then compare a deliberately slowed
+#                  two_pass config (KERNELS_TUNED_CONFIGS) with --benchmark-compare-fail
+#     bench[=ARGS] | bench-bg[=ARGS] | wait | collect
 #
 # bench-bg starts the benchmarks detached (setsid) so a caller limited to a few
 # minutes per command can poll with `wait`. Artifacts go to $OUT (default /tmp/out).
@@ -26,6 +33,20 @@ for step in "$@"; do
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
       KERNELS_JUNIT_DIR="$OUT" nox_ -s tests -- -q 2>&1 | tee "$OUT/tests.log" | grep -E "passed|failed|error|SKIPPED|^FAILED" ;
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    gpu-tests)
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+      python3 -m pytest --require-gpu -q --junitxml="$OUT/compiled.xml" ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" \
+        | grep -E "passed|failed|error|SKIPPED|^FAILED"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    perf-demo)
+      k="two_pass and 4096x4096 and float32 and not bwd"
+      slow=$(mktemp --suffix=.json)
+      gpu=$(python3 -c "from harness.device_info import device_info; print(device_info()['gpu_class'])")
+      echo "{\"$gpu\": {\"two_pass/fwd/float32/4096\": {\"block_m\": 1, \"block_n\": 512, \"num_warps\": 1}}}" > "$slow"
+      nox_ -s perf -- -k "$k" --benchmark-save=base 2>&1 | tee "$OUT/perf.log" | grep -E "Name|test_layer_norm|passed|Saved"
+      KERNELS_TUNED_CONFIGS="$slow" nox_ -s perf -- -k "$k" --benchmark-compare --benchmark-compare-fail=median:5% \
+        2>&1 | tee -a "$OUT/perf.log" | grep -E "Name|test_layer_norm|regressed|passed|failed|NOT COMPARABLE"
+      [ "${PIPESTATUS[0]}" != 0 ] || { echo "perf-demo: the slowed kernel was NOT caught"; status=1; } ;;
     accuracy)
       nox_ -s accuracy 2>&1 | tee "$OUT/accuracy.md" | tail -5; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     bench|bench=*)

@@ -1,3 +1,5 @@
+"""TileLang GQA attention over packed variable-length sequences (flash-attn varlen interface)."""
+
 from kernels.attention.ops import FlashAttnVarlenFunction, flash_attn_varlen_func
 from kernels.attention.tilelang_kernels import ACCUM_MODES
 

@@ -23,13 +23,14 @@ Backward (FlashAttention-2, one program per key/value tile and query head):
 dQ gets a contribution from every key tile and dK/dV from every query head of the
 group, so all three are summed in float32 accumulators in global memory. The
 ``accum`` argument selects how a tile is added there; the three modes differ only
-in that step (see ``_accumulate``):
+in that step (see ``tile_accumulator``):
 
 * ``"elem"``: one scalar atomic add per element (the code before the seed PR).
-* ``"region"``: one tile-region ``T.atomic_add``; TileLang emits 128-bit vector
-  reductions (``red.global.add.v4.f32``), the seed PR's optimization.
-* ``"tma"``: the tile is staged in shared memory and added by a TMA bulk tensor
-  reduction (``cp.reduce.async.bulk.tensor``, sm_90+).
+* ``"region"``: the tile is staged in shared memory and added by one tile-region
+  ``T.atomic_add``, which TileLang lowers to 128-bit vector reductions
+  (``AtomicAddx4``, SASS ``REDG.E.ADD.F32x4``): the seed PR's optimization.
+* ``"tma"``: the same staged tile is added by TMA bulk tensor reductions
+  (``cp.reduce.async.bulk.tensor``, SASS ``UTMAREDG``; sm_90+), issued by one thread.
 
 A tile may run past the end of its sequence, and a TMA reduction cannot be
 predicated per row. The accumulators therefore give every sequence ``pad`` spare
@@ -326,17 +327,17 @@ def backward_kernel(
                 # LSE and Delta are read from global memory (L1-cached) by the threads that use
                 # them. Staged in shared memory they would be element copies in the producer
                 # warps, and TileLang then drops the producer/consumer register split (512
-                # threads at 128 registers: heavy spills). A select, not a product, masks:
-                # masked entries may hold a neighbour's rows, and only visible ones load LSE.
+                # threads at 128 registers: heavy spills). The row index is clamped into the
+                # sequence (len_q > 0 inside the loop), so the loads need no branch; a select,
+                # not a product, masks, as masked entries may hold a neighbour's rows.
                 for i, j in T.Parallel(block_m, block_n):
+                    lse = LSE[head, q_start + T.min(n0 + j, len_q - 1)]
                     visible = _visible(n0 + j, m0 + i, len_q, len_k, causal)
-                    scoresT[i, j] = T.if_then_else(
-                        visible, T.exp2(scoresT[i, j] * log2_scale - LSE[head, q_start + n0 + j] * LOG2E), 0
-                    )
+                    scoresT[i, j] = T.if_then_else(visible, T.exp2(scoresT[i, j] * log2_scale - lse * LOG2E), 0)
                 T.copy(scoresT, pT_cast)
                 T.gemm(pT_cast, dO_shared, dv, policy=T.GemmWarpPolicy.FullRow)
                 for i, j in T.Parallel(block_m, block_n):
-                    delta = T.if_then_else(n0 + j < len_q, Delta[head, q_start + n0 + j], 0)
+                    delta = Delta[head, q_start + T.min(n0 + j, len_q - 1)]
                     dsT_cast[i, j] = scoresT[i, j] * (dpT[i, j] - delta) * softmax_scale
                 T.gemm(dsT_cast, Q_shared, dk, policy=T.GemmWarpPolicy.FullRow)
                 T.copy(dsT_cast, dsT_shared)
