@@ -6,6 +6,7 @@ registers, N <= FUSED_MAX_N), "two_pass" (any N) or "auto".
 """
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -68,8 +69,13 @@ def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     return t2 if t2.stride(-1) == 1 or n == 1 else t2.contiguous()
 
 
+@functools.cache
+def _gpu_class_of(device_index: int) -> str:
+    return gpu_class(torch.cuda.get_device_name(device_index))
+
+
 def _gpu(t: torch.Tensor) -> str | None:
-    return gpu_class(torch.cuda.get_device_name(t.device)) if t.is_cuda else None
+    return _gpu_class_of(t.device.index or 0) if t.is_cuda else None
 
 
 @dataclasses.dataclass(frozen=True)
