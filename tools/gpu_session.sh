@@ -57,12 +57,21 @@ for step in "$@"; do
       rm -f /tmp/bench.rc
       setsid bash -c 'set -f; python3 -m nox --no-venv --no-install -s bench -- $BENCH_ARGS > /tmp/bench.log 2>&1; echo $? > /tmp/bench.rc' &
       echo "benchmarks started in the background" ;;
+    calibrate-bench-bg|calibrate-bench-bg=*)
+      # Gate calibration (needs the JUnit XML of gpu-tests in this command), then the benchmarks.
+      mkdir -p /tmp/junit && cp "$OUT"/*.xml /tmp/junit/
+      args=${step#calibrate-bench-bg}; export BENCH_ARGS=${args#=}
+      rm -f /tmp/bench.rc /tmp/calib.rc
+      setsid bash -c 'set -f; mkdir -p /tmp/calib-out
+        OUT=/tmp/calib-out tools/gate_calibration.sh run /tmp/junit/compiled.xml > /tmp/calib.log 2>&1; echo $? > /tmp/calib.rc
+        python3 -m nox --no-venv --no-install -s bench -- $BENCH_ARGS > /tmp/bench.log 2>&1; echo $? > /tmp/bench.rc' &
+      echo "calibration and benchmarks started in the background" ;;
     wait)
       for _ in $(seq 1 110); do [ -f /tmp/bench.rc ] && break; sleep 5; done
       grep -E "^\[ *[0-9.]+%\]" /tmp/bench.log | tail -2
       if [ -f /tmp/bench.rc ]; then sed -n '/^GPU:/,$p' /tmp/bench.log; [ "$(cat /tmp/bench.rc)" = 0 ] || status=1; else echo "still running"; fi ;;
     collect)
-      cp /tmp/bench.log "$OUT/bench.log" 2>/dev/null
+      cp /tmp/bench.log "$OUT/bench.log" 2>/dev/null; cp /tmp/calib.log /tmp/calib-out/*.md "$OUT/" 2>/dev/null
       tar -czf "$OUT/asv.tgz" .asv/results .asv/report 2>/dev/null; ls -la "$OUT" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
