@@ -35,6 +35,8 @@ def install(session: nox.Session, *extras: str) -> None:
     spec = f".[{','.join(extras)}]" if extras else "."
     if _passthrough(session):
         session.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        # asv drops PYTHONPATH from benchmark processes unless it is also given as ASV_PYTHONPATH.
+        session.env["ASV_PYTHONPATH"] = session.env["PYTHONPATH"]
         if not session._runner.global_config.no_install:
             py(session, "-m", "pip", "install", "-q", "-e", spec)
         return

@@ -1,6 +1,7 @@
 """The summary of one asv run that ``nox -s bench`` prints: kernel, case,
-time, speedup over torch (and torch.compile), GB/s and % of the copy peak,
-plus a PNG chart of speedup and % of peak per case.
+time, speedup over torch (and torch.compile; FA2 for attention), GB/s or
+TFLOP/s and % of the device's measured peak (copy bandwidth for LayerNorm,
+bf16 matmul for attention), plus a PNG chart of speedup and % of peak per case.
 
 ``python -m harness.report --machine M --commit C`` reads ``.asv/results``.
 """
@@ -20,6 +21,9 @@ LN_METRICS = "bench_layer_norm.LayerNormMetrics"
 LN_GPU_METRICS = "bench_layer_norm.LayerNormGpuMetrics"
 LN_VS_COMPILE = "bench_layer_norm.LayerNormVsCompile.track_speedup_vs_compile"
 DEVICE = "bench_device.Device"
+ATT = "bench_attention.AttentionBackward.time_backward"
+ATT_METRICS = "bench_attention.AttentionBackwardMetrics"
+ATT_VS_FA2 = "bench_attention.AttentionBackwardVsFa2.track_speedup_vs_fa2"
 
 
 def load_values(results_dir: Path, machine: str, commit: str) -> tuple[dict, dict]:
@@ -45,8 +49,11 @@ def _value(values, name, key):
 
 def layer_norm_rows(values: dict) -> list[dict]:
     rows = []
-    for shape, dtype, direction, variant in values.get(f"{LN_METRICS}.track_gbps", {}):
-        key = (shape, dtype, direction, variant)
+    keys = {k for k in values.get(f"{LN}.time_layer_norm", {}) if k[3] in LAYER_NORM_VARIANTS}
+    for name in (f"{LN_METRICS}.track_gbps", f"{LN_METRICS}.track_speedup_vs_torch"):
+        keys |= set(values.get(name, {}))
+    for key in keys:
+        shape, dtype, direction, variant = key
         time_s = _value(values, f"{LN}.time_layer_norm", key)
         rows.append(
             {
@@ -63,13 +70,34 @@ def layer_norm_rows(values: dict) -> list[dict]:
     return sorted(rows, key=lambda r: (r["case"], order.get(r["kernel"].split("/")[1], 99)))
 
 
+def attention_rows(values: dict) -> list[dict]:
+    """One row per (config, accumulation mode): backward time, TFLOP/s, % of the bf16 matmul peak."""
+    rows = []
+    keys = {k for k in values.get(ATT, {}) if k[1] not in ("fa2_varlen", "cudnn_sdpa")}
+    for config, accum in sorted(keys | set(values.get(f"{ATT_METRICS}.track_tflops", {}))):
+        time_s = _value(values, ATT, (config, accum))
+        rows.append(
+            {
+                "kernel": f"attention_bwd/{accum}",
+                "case": config,
+                "time_us": time_s * 1e6 if time_s is not None else None,
+                "speedup_fa2": _value(values, ATT_VS_FA2, (config, accum)),
+                "tflops": _value(values, f"{ATT_METRICS}.track_tflops", (config, accum)),
+                "pct_peak": _value(values, f"{ATT_METRICS}.track_pct_matmul_peak", (config, accum)),
+            }
+        )
+    return rows
+
+
 COLUMNS = [
     ("kernel", "kernel", "{}"),
     ("case", "case", "{}"),
     ("time_us", "time (us)", "{:.1f}"),
     ("speedup_torch", "vs torch", "{:.2f}x"),
     ("speedup_compile", "vs compile", "{:.2f}x"),
+    ("speedup_fa2", "vs FA2", "{:.2f}x"),
     ("gbps", "GB/s", "{:.0f}"),
+    ("tflops", "TFLOP/s", "{:.0f}"),
     ("pct_peak", "% peak", "{:.1f}"),
 ]
 
@@ -81,6 +109,10 @@ def markdown_table(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(title for _, title, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cell(r, k, f) for k, _, f in COLUMNS) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def _baseline_speedup(row: dict) -> float:
+    return row.get("speedup_torch") or row.get("speedup_fa2") or 0
 
 
 def chart(rows: list[dict], title: str, path: Path) -> None:
@@ -97,11 +129,12 @@ def chart(rows: list[dict], title: str, path: Path) -> None:
     for i, kernel in enumerate(kernels):
         by_case = {r["case"]: r for r in rows if r["kernel"] == kernel}
         xs = [c + i * width for c in range(len(cases))]
-        for ax, key in zip(axes, ("speedup_torch", "pct_peak"), strict=True):
-            ax.bar(xs, [(by_case.get(c) or {}).get(key) or 0 for c in cases], width, label=kernel)
+        speedups = [_baseline_speedup(by_case.get(c) or {}) for c in cases]
+        axes[0].bar(xs, speedups, width, label=kernel)
+        axes[1].bar(xs, [(by_case.get(c) or {}).get("pct_peak") or 0 for c in cases], width, label=kernel)
     axes[0].axhline(1.0, color="k", lw=0.8)
-    axes[0].set_ylabel("speedup over eager torch (x)")
-    axes[1].set_ylabel("% of measured copy peak")
+    axes[0].set_ylabel("speedup over baseline (x)\n(eager torch; FA2 for attention)")
+    axes[1].set_ylabel("% of measured peak\n(copy; bf16 matmul for attention)")
     axes[1].set_xticks([c + 0.4 - width / 2 for c in range(len(cases))], cases, rotation=75, ha="right", fontsize=7)
     axes[0].legend(fontsize=8)
     axes[0].set_title(title)
@@ -115,13 +148,14 @@ def summarize(results_dir: Path, machine: str, commit: str, out_dir: Path) -> tu
     values, params = load_values(results_dir, machine, commit)
     if not values:
         raise SystemExit(f"no asv results for machine {machine!r} at commit {commit[:8]} in {results_dir}")
-    rows = layer_norm_rows(values)
+    measured = ("time_us", "speedup_torch", "speedup_fa2", "gbps", "tflops", "pct_peak")
+    rows = [r for r in layer_norm_rows(values) + attention_rows(values) if any(r.get(k) is not None for k in measured)]
     copy_peak = _value(values, f"{DEVICE}.track_copy_peak", ())
     matmul_peak = _value(values, f"{DEVICE}.track_bf16_matmul_peak", ())
     header = [
         f"GPU: {params.get('gpu', '?')} (driver {params.get('gpu_driver', '?')}, CUDA {params.get('cuda', '?')}), "
         f"torch {params.get('torch', '?')}, triton {params.get('triton', '?')}, commit {commit[:8]}",
-        f"copy peak: {copy_peak:.0f} GB/s" if copy_peak else "copy peak: not measured (no GPU)",
+        f"copy peak: {copy_peak:.0f} GB/s" if copy_peak else "copy peak: not in this run (smoke, or not selected)",
         f"bf16 matmul peak: {matmul_peak:.0f} TFLOP/s" if matmul_peak else "",
     ]
     text = "\n".join(filter(None, header)) + "\n\n" + markdown_table(rows)

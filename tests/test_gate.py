@@ -524,3 +524,22 @@ def test_real_thresholds_pass_a_healthy_h200_run(gate):
     code, verdict = gate.run(thresholds=(ROOT / "perf-thresholds.toml").read_text())
     assert code == 0, [f for f in verdict["findings"] if f["verdict"] != "pass"][:5]
     assert {f["check"] for f in verdict["findings"]} == {"tests", "floor", "slowdown", "order"}
+
+
+# --- judging a --bench subset ------------------------------------------------------
+
+
+def test_bench_selection_judges_only_the_selected_cases(gate):
+    # Outside the selection a case crashed and a floor is breached: neither is judged.
+    gate.write(head={ln_case(LN_TIME, "4096x4096", "torch"): None, TWO_PASS_SPEEDUP: 1.10})
+    code, verdict = gate.run("--no-confirm", "--bench", r"time_layer_norm\('4096x5000'", "--bench", "AttentionBackward")
+    assert (code, verdict["passed"]) == (0, True), failed(verdict, "crashed") + failed(verdict, "floor")
+    assert {f["case"] for f in verdict["findings"] if f["check"] == "slowdown"} >= {TWO_PASS_TIME.label}
+
+
+def test_bench_selection_still_fails_closed(gate):
+    gate.write(head={TWO_PASS_TIME: None})
+    code, verdict = gate.run("--no-confirm", "--bench", r"time_layer_norm\('4096x5000'")
+    assert code == 1 and failed(verdict, "crashed")
+    code, verdict = gate.run("--no-confirm", "--bench", "no_such_benchmark")
+    assert code == 2 and "selects no benchmark case" in verdict["error"]

@@ -13,6 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="/tmp/gpu-site:$PWD" PYTHONUNBUFFERED=1 TILELANG_CACHE_DIR=/tmp/tilelang-cache
+export ASV_PYTHONPATH="$PYTHONPATH"  # asv drops PYTHONPATH from its benchmark processes
 OUT=${OUT:-/tmp/out}
 SUBSET=(
   -b "LayerNorm\.time_layer_norm\('(4096x4096|4096x5000)', 'float32', 'fwd', '(two_pass|auto|torch)'\)"
@@ -32,8 +33,10 @@ case ${1:-} in
   *) echo "usage: $0 run JUNIT... | remeasure COMMIT MACHINE REGEX"; exit 2 ;;
 esac
 junit=(); for j in "$@"; do junit+=(--junit "$j"); done
+git diff --quiet HEAD && [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "commit or stash first"; exit 2; }
+a=$(git rev-parse HEAD)
+git checkout -q -b calibration
 git -c user.name=calibration -c user.email=calibration@example.invalid commit -q --allow-empty -m "A/A twin" && a2=$(git rev-parse HEAD)
-a=$(git rev-parse HEAD~1)
 machine=$(python3 -m harness.device_info | tail -n 1)
 gpu=$(python3 -c "from harness.device_info import device_info; print(device_info()['gpu_class'])")
 python3 - "$gpu" <<'PY'
@@ -47,17 +50,20 @@ for n in (4096, 5000):
 TUNED_FILE.write_text(json.dumps(table, indent=1) + "\n")
 PY
 sed -i 's/backward_kernel(shape, accum, arch)(/backward_kernel(shape, "region" if accum == "tma" else accum, arch)(/' kernels/attention/ops.py
-git diff --stat
-git -c user.name=calibration -c user.email=calibration@example.invalid commit -qam "injected: slow two_pass config, tma -> region" && b=$(git rev-parse HEAD)
+git diff --stat HEAD
+git add kernels/layer_norm/tuned_configs.json kernels/attention/ops.py  # the tuned table may be new
+git -c user.name=calibration -c user.email=calibration@example.invalid commit -qm "injected: slow two_pass config, tma -> region" || exit 1
+b=$(git rev-parse HEAD)
 git branch -f calibration-injected "$b"
 for c in "$a" "$a2" "$b"; do bench "$c" "$machine" "${SUBSET[@]}" || echo "asv run for $c exited non-zero"; done
 git checkout -q calibration-injected
 confirm="tools/gate_calibration.sh remeasure {commit} {machine} {regex}"
+selection=(); for ((i = 1; i < ${#SUBSET[@]}; i += 2)); do selection+=(--bench "${SUBSET[i]}"); done
 for pair in "A/A $a $a2" "injected $a $b"; do
   set -- $pair
   echo "=== gate: $1 (base ${2:0:8}, head ${3:0:8}) ==="
   name=${1//\//}
-  python3 -m harness.gate --base "$2" --head "$3" --machine "$machine" "${junit[@]}" \
+  python3 -m harness.gate --base "$2" --head "$3" --machine "$machine" "${junit[@]}" "${selection[@]}" \
     --out "/tmp/gate-$name" --confirm-cmd "$confirm" > "$OUT/gate-$name.md" 2>"/tmp/gate-$name.err"
   echo "exit code $?"; tail -n 25 "$OUT/gate-$name.md"
 done

@@ -24,6 +24,7 @@ if [ ! -d "$site/tilelang" ]; then
   mkdir -p "$site" && tar -C "$site" -xJf .gpu-bundle/site.tar.xz || exit 1
 fi
 export PYTHONPATH="$site:$PWD" PYTHONUNBUFFERED=1 KERNELS_REQUIRE_GPU=1
+export ASV_PYTHONPATH="$PYTHONPATH"  # asv drops PYTHONPATH from its benchmark processes
 export TILELANG_CACHE_DIR=/tmp/tilelang-cache
 nox_() { python3 -m nox --no-venv --no-install "$@"; }
 status=0

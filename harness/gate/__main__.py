@@ -24,6 +24,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--junit", action="append", type=Path, default=[], help="pytest JUnit XML of this machine's tests (repeatable)"
     )
+    parser.add_argument(
+        "--bench",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="judge only the cases asv's --bench would select (repeatable), e.g. after a subset run",
+    )
     parser.add_argument("--results-dir", type=Path, default=Path(".asv/results"), help="asv's results_dir")
     parser.add_argument("--thresholds", type=Path, default=Path("perf-thresholds.toml"))
     parser.add_argument(
@@ -55,9 +62,9 @@ def judge(args: argparse.Namespace) -> Outcome:
 
         def rerun(suspects: list[Finding]) -> list[Finding]:
             remeasure(args.confirm_cmd, args.machine, {"base": base.commit, "head": head.commit}, suspects)
-            return evaluate(thresholds, *_load(args))
+            return evaluate(thresholds, *_load(args), selection=bool(args.bench))
 
-        findings = correctness + evaluate(thresholds, base, head)
+        findings = correctness + evaluate(thresholds, base, head, selection=bool(args.bench))
         if not args.no_confirm:
             findings = confirmed(findings, rerun)
     except GateError as exc:
@@ -69,6 +76,10 @@ def _load(args: argparse.Namespace) -> tuple[Run, Run]:
     base = load_run(args.results_dir, args.machine, args.base, "base")
     head = load_run(args.results_dir, args.machine, args.head, "head")
     check_same_machine(base, head)
+    if args.bench:
+        base, head = base.selected(args.bench), head.selected(args.bench)
+        if not head.measurements:
+            raise GateError(f"--bench {args.bench} selects no benchmark case of the head results")
     return base, head
 
 

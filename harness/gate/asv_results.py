@@ -12,6 +12,7 @@ import ast
 import dataclasses
 import itertools
 import math
+import re
 from pathlib import Path
 
 from asv import util
@@ -86,6 +87,11 @@ class Run:
     @property
     def benchmarks(self) -> set[str]:
         return {case.benchmark for case in self.measurements}
+
+    def selected(self, patterns: list[str]) -> "Run":
+        """Only the cases asv's ``--bench`` would select with these regexes."""
+        kept = {c: m for c, m in self.measurements.items() if any(re.search(p, c.asv_id) for p in patterns)}
+        return dataclasses.replace(self, measurements=kept)
 
 
 def load_benchmarks(results_dir: Path) -> dict[str, dict]:
