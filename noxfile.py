@@ -49,6 +49,17 @@ def has_cuda(session: nox.Session) -> bool:
     return subprocess.run([_python(session), "-c", probe], env=_env(session), check=False).returncode == 0
 
 
+def gpu_or_smoke(session: nox.Session) -> bool:
+    """True with a GPU; without one, says plainly that this is a smoke run."""
+    gpu = has_cuda(session)
+    if not gpu:
+        session.warn(
+            "NO GPU: smoke run. Kernels run in Triton's CPU interpreter at tiny sizes; "
+            "the timings are INTERPRETER timings, not GPU timings."
+        )
+    return gpu
+
+
 def _python(session: nox.Session) -> str:
     return sys.executable if _passthrough(session) else str(Path(session.bin) / "python")
 
@@ -127,12 +138,7 @@ def bench(session: nox.Session) -> None:
     Extra arguments go to ``asv run``, e.g. ``nox -s bench -- -b two_pass``.
     """
     install(session, "bench", "attention")
-    gpu = has_cuda(session)
-    if not gpu:
-        session.warn(
-            "NO GPU: smoke mode. Kernels run in Triton's CPU interpreter at tiny sizes; "
-            "the timings below are INTERPRETER timings, not GPU timings."
-        )
+    gpu = gpu_or_smoke(session)
     machine, commit = _asv_run_checkout(session, gpu, *session.posargs)
     py(session, "-m", "asv", "publish")
     py(session, "-m", "harness.report", "--machine", machine, "--commit", commit)
@@ -167,12 +173,7 @@ def perf(session: nox.Session) -> None:
     ``nox -s perf -- -k two_pass --benchmark-compare --benchmark-compare-fail=median:5%``.
     """
     install(session, "test", "bench")
-    gpu = has_cuda(session)
-    if not gpu:
-        session.warn(
-            "NO GPU: smoke run. Kernels run in Triton's CPU interpreter at tiny sizes; "
-            "the timings are INTERPRETER timings, not GPU timings."
-        )
+    gpu = gpu_or_smoke(session)
     env = {} if gpu else {"TRITON_INTERPRET": "1"}
     rounds = [] if gpu else SMOKE_PERF_ROUNDS
     py(session, "-m", "pytest", "tests/perf", "--perf", *PERF_REPORT, *rounds, *session.posargs, env=env)
