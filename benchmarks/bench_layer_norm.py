@@ -16,14 +16,13 @@ from harness.cases.layer_norm import (
     bench_case,
     shape_names,
 )
-from harness.workloads import bench_case as sized
-from harness.workloads import layer_norm_workload, rotations
+from harness.workloads import layer_norm_workload, rotations, sized_for_device
 
 
 def _workload(shape, dtype, direction, impl, rotate=False):
     if impl == "torch_compile" and not timing.gpu_timing():
         raise NotImplementedError("torch.compile is a GPU reference; not run in interpreter smoke mode")
-    case = sized(bench_case(shape, dtype))
+    case = sized_for_device(bench_case(shape, dtype))
     fn = layer_norm_workload(case, impl, direction, rotations(case.bytes_moved(direction)) if rotate else 1)
     fn()  # compile (Triton JIT, torch.compile) outside any sample
     timing.sync()

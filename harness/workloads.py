@@ -18,7 +18,7 @@ def bench_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def bench_case(case: LayerNormCase) -> LayerNormCase:
+def sized_for_device(case: LayerNormCase) -> LayerNormCase:
     """The case itself on a GPU, its tiny smoke stand-in under the interpreter."""
     return case if torch.cuda.is_available() else case.smoke()
 

@@ -16,8 +16,7 @@ from harness.cases.layer_norm import (
     bench_case,
     shape_names,
 )
-from harness.workloads import bench_case as sized
-from harness.workloads import layer_norm_workload, rotations
+from harness.workloads import layer_norm_workload, rotations, sized_for_device
 
 pytestmark = [
     # Device time: the clock is read after a device sync. Warm-up rounds (GPU clocks, caches)
@@ -43,7 +42,7 @@ def test_layer_norm(benchmark, record_perf, shape, dtype, direction, impl):
         pytest.skip("torch.compile is a GPU reference; not run in interpreter smoke mode")
     table_case = bench_case(shape, dtype)
     benchmark.group = f"layer_norm {table_case.name} {direction}"  # named by the table's case, not its smoke size
-    case = sized(table_case)
+    case = sized_for_device(table_case)
     nbytes = case.bytes_moved(direction)
     # Rotated input sets: the timer cannot flush L2 between iterations.
     fn = ready(case, impl, direction, rotations(nbytes))
