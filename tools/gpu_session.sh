@@ -2,7 +2,13 @@
 # A full pass on an offline GPU machine whose image already has CUDA torch and
 # triton (the self-hosted runner image, or a lent GPU): tests, accuracy table,
 # benchmarks. Packages the image lacks (TileLang, asv, nox) come from
-# .gpu-bundle/site.tar.xz, built by shared/gpu/make-bundle.sh.
+# .gpu-bundle/site.tar.xz, built by shared/gpu/make-bundle.sh with asv's and
+# nox's pure-Python needs (the image has pyyaml, pytest-benchmark, packaging):
+#   EXTRA="asv==0.6.6 asv_runner==0.3.2 build pyproject_hooks importlib_metadata lazy-importer zipp
+#     json5 pympler tabulate virtualenv distlib filelock platformdirs python-discovery nox==2026.10.20
+#     argcomplete attrs colorlog dependency-groups humanize" ../shared/gpu/make-bundle.sh
+# The device copy has no .git: carry a copy (cp -r .git .gitcopy; carry .gitcopy) and
+# restore it there (rm -rf .git; cp -r .gitcopy .git) before asv or the calibration run.
 #
 #   tools/gpu_session.sh STEP...
 #     tests        nox -s tests (interpreter run + compiled run with --require-gpu)
