@@ -9,11 +9,9 @@ every benchmark here is skipped.
 """
 
 from harness import timing
-from harness.cases.attention import BENCH_CONFIGS
+from harness.cases.attention import ATTENTION_BASELINE, ATTENTION_REFERENCES, BENCH_CONFIGS
 from harness.workloads import attention_backward_workload
 from kernels.attention import ACCUM_MODES
-
-REFERENCES = ["fa2_varlen", "cudnn_sdpa"]
 
 
 def _workload(config: str, impl: str):
@@ -26,7 +24,7 @@ def _workload(config: str, impl: str):
 
 
 class AttentionBackward:
-    params = [list(BENCH_CONFIGS), [*ACCUM_MODES, *REFERENCES]]
+    params = [list(BENCH_CONFIGS), [*ACCUM_MODES, *ATTENTION_REFERENCES]]
     param_names = ["config", "impl"]
     timer = staticmethod(timing.device_clock)
     repeat = (3, 10, 2.0)
@@ -72,7 +70,7 @@ class AttentionBackwardVsFa2:
     timeout = 600
 
     def setup(self, config, accum):
-        self.fa2 = _workload(config, "fa2_varlen")
+        self.fa2 = _workload(config, ATTENTION_BASELINE)
         self.fn = _workload(config, accum)
 
     def track_speedup_vs_fa2(self, config, accum):

@@ -123,6 +123,10 @@ CORRECTNESS_CASES = [
 ]
 
 # Benchmark cases (asv, pytest-benchmark, the gate), by the name results are filed under.
+# The implementations our accumulation modes are measured against (harness.workloads names them).
+ATTENTION_BASELINE = "fa2_varlen"  # torch.nn.attention.varlen.varlen_attn: FA2, d_qk == d_v only
+ATTENTION_REFERENCES = [ATTENTION_BASELINE, "cudnn_sdpa"]
+
 BENCH_CONFIGS = {
     # The seed PR's configuration. Lengths in [max - 20, max], as the public TileLang example
     # draws them ("random" padding mode), so that FACTS.md's anchors compare.

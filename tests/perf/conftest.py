@@ -64,16 +64,28 @@ def pytest_terminal_summary(terminalreporter, config):
 
 @pytest.fixture
 def record_perf(benchmark) -> Callable:
-    """``record_perf(fn, nbytes, baseline)``: GB/s from the measured median; on a GPU also
-    % of the measured copy peak and the speedup over ``baseline`` (interleaved, timing.ratio).
-    The interpreter's peaks and ratios mean nothing, so smoke runs skip them."""
+    """``record_perf(fn, nbytes=, flops=, baseline=)``: GB/s and/or TFLOP/s from the measured
+    median; on a GPU also % of the measured copy peak (with ``nbytes``) and the speedup over
+    ``baseline`` (interleaved, timing.ratio). The interpreter's peaks and ratios mean nothing,
+    so smoke runs skip them."""
 
-    def record(fn: Callable[[], object], nbytes: int, baseline: Callable[[], object] | None) -> None:
+    def record(
+        fn: Callable[[], object],
+        nbytes: int | None = None,
+        flops: float | None = None,
+        baseline: Callable[[], object] | None = None,
+    ) -> None:
         if not benchmark.enabled:  # --benchmark-disable: nothing was measured
             return
-        info = {"gpu": device()["gpu"], "gbps": timing.gbps(nbytes, benchmark.stats.stats.median * 1e3)}
+        median_ms = benchmark.stats.stats.median * 1e3
+        info = {"gpu": device()["gpu"]}
+        if nbytes is not None:
+            info["gbps"] = timing.gbps(nbytes, median_ms)
+        if flops is not None:
+            info["tflops"] = timing.tflops(flops, median_ms)
         if timing.gpu_timing():
-            info["pct_copy_peak"] = 100 * info["gbps"] / timing.copy_peak_gbps()
+            if nbytes is not None:
+                info["pct_copy_peak"] = 100 * info["gbps"] / timing.copy_peak_gbps()
             if baseline is not None:
                 info["speedup_vs_baseline"] = timing.ratio(baseline, fn)
         benchmark.extra_info.update(info)

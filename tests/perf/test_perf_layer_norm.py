@@ -47,4 +47,5 @@ def test_layer_norm(benchmark, record_perf, shape, dtype, direction, impl):
     # Rotated input sets: the timer cannot flush L2 between iterations.
     fn = ready(case, impl, direction, rotations(nbytes))
     benchmark(fn)
-    record_perf(fn, nbytes, None if impl == LAYER_NORM_BASELINE else ready(case, LAYER_NORM_BASELINE, direction))
+    baseline = None if impl == LAYER_NORM_BASELINE else ready(case, LAYER_NORM_BASELINE, direction)
+    record_perf(fn, nbytes=nbytes, baseline=baseline)

@@ -1,0 +1,41 @@
+"""GQA varlen attention backward under pytest-benchmark: every benchmark config of
+harness.cases.attention, the three accumulation modes beside FA2 and cuDNN, one
+group per config. Only the backward is timed (see harness.workloads).
+
+The asv twin is benchmarks/bench_attention.py. TileLang has no interpreter:
+without a GPU these skip, saying so.
+"""
+
+import pytest
+
+from harness import timing
+from harness.cases.attention import ATTENTION_BASELINE, ATTENTION_REFERENCES, BENCH_CONFIGS
+from harness.workloads import attention_backward_workload
+from kernels.attention import ACCUM_MODES
+
+pytestmark = [
+    pytest.mark.benchmark(timer=timing.device_clock, warmup=True),
+    pytest.mark.usefixtures("cuda_device"),
+]
+
+
+def ready(case, impl):
+    try:
+        fn = attention_backward_workload(case, impl)
+    except NotImplementedError as exc:
+        pytest.skip(str(exc))
+    fn()  # TileLang JIT and first-call set-up before any round
+    timing.sync()
+    return fn
+
+
+@pytest.mark.parametrize("impl", [*ACCUM_MODES, *ATTENTION_REFERENCES])
+@pytest.mark.parametrize("config", list(BENCH_CONFIGS))
+def test_attention_backward(benchmark, record_perf, config, impl):
+    case = BENCH_CONFIGS[config]
+    benchmark.group = f"attention backward {config}"
+    fn = ready(case, impl)
+    benchmark(fn)  # each call moves >100 MB: no L2 reuse between rounds
+    fa2_runs = case.dim_qk == case.dim_v
+    baseline = ready(case, ATTENTION_BASELINE) if fa2_runs and impl != ATTENTION_BASELINE else None
+    record_perf(fn, flops=case.flops_backward(), baseline=baseline)
