@@ -172,7 +172,7 @@ def perf(session: nox.Session) -> None:
     ``nox -s perf -- -k two_pass --benchmark-save=base``, then
     ``nox -s perf -- -k two_pass --benchmark-compare --benchmark-compare-fail=median:5%``.
     """
-    install(session, "test", "bench")
+    install(session, "test", "bench", "attention")
     gpu = gpu_or_smoke(session)
     env = {} if gpu else {"TRITON_INTERPRET": "1"}
     rounds = [] if gpu else SMOKE_PERF_ROUNDS
