@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 import torch
-import triton
 
 # The fused kernels keep a whole row (and, backward, its gradient and the dw/db
 # accumulators) in registers. Past 16384 elements that needs more than the
@@ -40,12 +39,22 @@ class LaunchConfig:
     programs_per_sm: int = 2  # backward only: persistent grid size
 
 
+# Host-side integer helpers. triton.cdiv and triton.next_power_of_2 are
+# constexpr functions in Triton 3.6 and cost ~3 us per host call: these sit on every launch's path.
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 0 else 1
+
+
 def resolve_variant(variant: str, n: int) -> str:
     if variant not in VARIANTS:
         raise ValueError(f"layer_norm: unknown variant {variant!r}; choose one of {VARIANTS}")
     if variant != "auto":
         return variant
-    padding = 1 - n / triton.next_power_of_2(n)
+    padding = 1 - n / next_power_of_2(n)
     return "fused" if n <= FUSED_MAX_N and padding <= AUTO_MAX_PADDING else "two_pass"
 
 
@@ -63,9 +72,9 @@ def _warps_for(elements: int, per_thread: int) -> int:
 
 def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -> LaunchConfig:
     if variant == "fused":
-        block_n = triton.next_power_of_2(n)
+        block_n = next_power_of_2(n)
     else:
-        block_n = min(triton.next_power_of_2(n), 2048 if direction == "fwd" else 1024)
+        block_n = min(next_power_of_2(n), 2048 if direction == "fwd" else 1024)
     # Short rows: pack several per program so each has ~8K elements in flight.
     block_m = max(1, min(16, 8192 // block_n)) if direction == "fwd" else max(1, min(8, 4096 // block_n))
     # The backward keeps x, dy, xhat and the dw/db sums live at once: give each
@@ -89,4 +98,21 @@ def _launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu
 
 @functools.cache
 def _tuned_table(path: Path) -> dict:
+    return read_tuned_table(path)
+
+
+def read_tuned_table(path: Path) -> dict:
+    """{gpu class: {tuned_key: LaunchConfig fields}}; empty when there is no file."""
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def with_tuned(table: dict, gpu: str, best: dict[str, LaunchConfig]) -> dict:
+    """``table`` with ``best`` ({tuned_key: config}) filed under ``gpu``: other
+    GPU classes and this class's other keys are kept, the keys in ``best`` replaced."""
+    merged = {cls: dict(entries) for cls, entries in table.items()}
+    merged.setdefault(gpu, {}).update({key: dataclasses.asdict(cfg) for key, cfg in best.items()})
+    return merged
+
+
+def write_tuned_table(path: Path, table: dict) -> None:
+    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")

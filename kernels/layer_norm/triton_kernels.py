@@ -21,9 +21,9 @@ Backward, with ``g = w * dy``::
     dw = sum over rows of dy * xhat
     db = sum over rows of dy
 
-dw and db are first reduced per program into an fp32 ``[programs, N]``
-buffer (no atomics, so the result is deterministic), then summed over
-programs by ``column_sum_kernel``.
+dw and db are first reduced per program into fp32 ``[programs, N]`` slabs of
+one buffer (no atomics, so the result is deterministic), then summed over
+programs by ``column_sum_kernel``, both slabs in one launch.
 
 Two families:
 
@@ -62,6 +62,17 @@ def _aligned(value, VEC: tl.constexpr):
 def _row_offsets(rows, stride):
     # int64: M * stride can exceed 2**31 for large activations.
     return rows.to(tl.int64)[:, None] * stride
+
+
+@triton.jit
+def _partial_rows(Partial, N, HAS_WEIGHT: tl.constexpr):
+    # Partial is [dw slab if HAS_WEIGHT, db slab if HAS_BIAS], each [programs, N]:
+    # this program's row in each (int64: programs * N can pass 2**31).
+    dw_row = Partial + tl.program_id(0).to(tl.int64) * N
+    db_row = dw_row
+    if HAS_WEIGHT:
+        db_row += tl.num_programs(0).to(tl.int64) * N
+    return dw_row, db_row
 
 
 @triton.jit
@@ -178,8 +189,7 @@ def fused_bwd_kernel(
     W,  # weight [N] (unused unless HAS_WEIGHT)
     Mean,  # fp32 [M], from the forward
     Rstd,  # fp32 [M], from the forward
-    DW_partial,  # fp32 [programs, N]: this program's sum of dy * xhat
-    DB_partial,  # fp32 [programs, N]: this program's sum of dy
+    Partial,  # fp32 [HAS_WEIGHT + HAS_BIAS, programs, N]: per program, sums of dy * xhat and of dy
     stride_x,
     stride_dy,
     stride_dx,
@@ -222,10 +232,11 @@ def fused_bwd_kernel(
             dw += tl.sum(dy * xhat, axis=0)
         if HAS_BIAS:
             db += tl.sum(dy, axis=0)
+    dw_row, db_row = _partial_rows(Partial, N, HAS_WEIGHT)
     if HAS_WEIGHT:
-        tl.store(DW_partial + pid * N + cols, dw, mask=col_ok)
+        tl.store(dw_row + cols, dw, mask=col_ok)
     if HAS_BIAS:
-        tl.store(DB_partial + pid * N + cols, db, mask=col_ok)
+        tl.store(db_row + cols, db, mask=col_ok)
 
 
 @triton.jit
@@ -236,8 +247,7 @@ def two_pass_bwd_kernel(
     W,  # weight [N] (unused unless HAS_WEIGHT)
     Mean,  # fp32 [M], from the forward
     Rstd,  # fp32 [M], from the forward
-    DW_partial,  # fp32 [programs, N], zeroed: this program's sum of dy * xhat
-    DB_partial,  # fp32 [programs, N], zeroed: this program's sum of dy
+    Partial,  # fp32 [HAS_WEIGHT + HAS_BIAS, programs, N], zeroed: per program, sums of dy * xhat and of dy
     stride_x,
     stride_dy,
     stride_dx,
@@ -254,8 +264,7 @@ def two_pass_bwd_kernel(
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
-    dw_row = DW_partial + pid * N
-    db_row = DB_partial + pid * N
+    dw_row, db_row = _partial_rows(Partial, N, HAS_WEIGHT)
     for block in range(pid, tl.cdiv(M, BLOCK_M), programs):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < M
@@ -304,18 +313,24 @@ def two_pass_bwd_kernel(
 
 @triton.jit
 def column_sum_kernel(
-    Partial,  # fp32 [G, N]
-    Out,  # [N], written in its own dtype
+    Partial,  # fp32 [slabs, G, N]; slab s is summed over G into Out<s> (grid axis 1: the slab)
+    Out0,  # [N], written in its own dtype
+    Out1,  # [N], written in its own dtype (unused with one slab)
     G,
     N,
     BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
+    slab = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
+    rows = Partial + slab.to(tl.int64) * G * N
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(0, G, BLOCK_G):
         g = start + tl.arange(0, BLOCK_G)
         mask = (g < G)[:, None] & col_ok[None, :]
-        acc += tl.sum(tl.load(Partial + g[:, None] * N + cols[None, :], mask=mask, other=0.0), axis=0)
-    tl.store(Out + cols, acc.to(Out.dtype.element_ty), mask=col_ok)
+        acc += tl.sum(tl.load(rows + g[:, None] * N + cols[None, :], mask=mask, other=0.0), axis=0)
+    if slab == 0:
+        tl.store(Out0 + cols, acc.to(Out0.dtype.element_ty), mask=col_ok)
+    else:
+        tl.store(Out1 + cols, acc.to(Out1.dtype.element_ty), mask=col_ok)
