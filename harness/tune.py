@@ -1,93 +1,336 @@
-"""``nox -s tune``: sweep launch configurations, print median latencies, name
-the best, and keep it in ``kernels/layer_norm/tuned_configs.json`` under the
-GPU's class, where the launchers read it.
+"""``nox -s tune``: sweep LayerNorm launch configurations on the GPU, print
+median latencies, name the best, and keep it in
+``kernels/layer_norm/tuned_configs.json`` under the GPU's class, where the
+launchers read it.
 
-The default sweep is the seed's day-3 one (two_pass forward on 4096x4096 fp32:
-BLOCK_N in {512..8192} x num_warps in {2, 4, 8}) followed by every benchmark
-shape for the fused kernel; flags narrow or widen it.
+The default run:
+
+1. the seed's day-3 table: two_pass forward on 4096x4096 fp32, BLOCK_N in
+   {512..8192} x num_warps in {2, 4, 8}, one row per program;
+2. every key the launchers look up for the benchmark cases: variant (fused,
+   two_pass) x direction (fwd, bwd) x dtype x N of each benchmark shape. Shapes
+   with the same N share a key: the configuration with the lowest geometric
+   mean time over them is kept.
+
+Candidates (harness.tune_space) are first compiled in parallel
+(harness.tune_compile), dropping those that spill or do not fit, then timed
+one by one in this process with ``harness.timing.median_ms``. The backward is
+timed as the whole ``layer_norm_bwd`` (main kernel, partial buffer, column
+sums), since programs_per_sm changes the column-sum work too.
+
+``--plan`` prints what would run and the time estimate, without a GPU.
 """
 
 import argparse
+import dataclasses
 import itertools
 import json
+import math
+import time
+from pathlib import Path
 
 import torch
-import triton
 
 from harness import timing
-from harness.cases.layer_norm import BENCH_DTYPES, BENCH_SHAPES, LayerNormCase
-from harness.device_info import device_info
-from kernels.layer_norm.config import FUSED_MAX_N, LaunchConfig, tuned_file, tuned_key
-from kernels.layer_norm.ops import backward_launch, forward_launch, layer_norm_fwd
+from harness.cases.layer_norm import BENCH_DTYPES, DTYPES, LayerNormCase, bench_case, shape_names
+from harness.parallel import default_jobs
+from harness.tune_space import SEED_SHAPE, candidates, compile_unit, compile_units, seed_configs, variants_for
+from kernels.layer_norm.config import (
+    LaunchConfig,
+    heuristic_config,
+    read_tuned_table,
+    tuned_file,
+    tuned_key,
+    with_tuned,
+    write_tuned_table,
+)
 
-BLOCK_N = [512, 1024, 2048, 4096, 8192]
-WARPS = [2, 4, 8]
-FUSED_WARPS = [2, 4, 8, 16]
-ROWS = [1, 2, 4, 8]
-
-
-def candidates(variant: str, n: int) -> list[LaunchConfig]:
-    if variant == "two_pass":
-        blocks = [b for b in BLOCK_N if b <= max(512, triton.next_power_of_2(n))]
-        return [LaunchConfig(1, b, w) for b, w in itertools.product(blocks, WARPS)]
-    block_n = triton.next_power_of_2(n)
-    rows = [r for r in ROWS if r * block_n <= 16384] or [1]
-    return [LaunchConfig(r, block_n, w) for r, w in itertools.product(rows, FUSED_WARPS)]
-
-
-def time_config(case: LayerNormCase, variant: str, direction: str, cfg: LaunchConfig) -> float:
-    x, w, b = case.make_inputs("cuda")
-    y, mean, rstd = layer_norm_fwd(x, w, b, case.eps, variant)  # real statistics for the backward
-    if direction == "fwd":
-        launch = forward_launch(x, w, b, case.eps, variant, y, mean, rstd, cfg)
-    else:
-        dy, dx = torch.randn_like(x), torch.empty_like(x)
-        launch = backward_launch(dy, x, w, b, mean, rstd, variant, dx, cfg)[0]
-    try:
-        launch()
-    except triton.runtime.errors.OutOfResources:
-        return float("inf")
-    return timing.median_ms(launch)
+WARMUP_MS = 5  # shorter than the suite's timing: many configurations, each only ranked
+REP_MS = 20
+# For the estimate printed at the start (seconds). Compile: one kernel on one
+# worker, launch included (0.3-0.5 s seen for sm_90 ahead-of-time on a slow CPU).
+COMPILE_S = 0.8
+POOL_START_S = 15  # spawn the workers, import torch, initialize CUDA
+LOAD_S = 0.01  # the timing process loading one kernel from Triton's disk cache
+TIMING_OVERHEAD_S = 0.006  # per median_ms call beyond warm-up + repetitions
 
 
-def sweep(case: LayerNormCase, variant: str, direction: str) -> tuple[LaunchConfig, list[tuple[LaunchConfig, float]]]:
-    results = [(cfg, time_config(case, variant, direction, cfg)) for cfg in candidates(variant, case.n)]
-    return min(results, key=lambda r: r[1])[0], results
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """One entry of the tuned table."""
+
+    variant: str
+    direction: str
+    dtype: str
+    n: int
+
+    @property
+    def name(self) -> str:
+        return tuned_key(self.variant, self.direction, DTYPES[self.dtype], self.n)
 
 
-def main() -> None:
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    key: Key
+    case: LayerNormCase
+    cfg: LaunchConfig
+    ms: float
+
+    @property
+    def gbps(self) -> float:
+        return timing.gbps(self.case.bytes_moved(self.key.direction), self.ms)
+
+
+def plan(variants, directions, dtypes, shapes) -> dict[Key, list[LayerNormCase]]:
+    """Every key to tune and the shapes it is timed on."""
+    keys: dict[Key, list[LayerNormCase]] = {}
+    for direction, dtype, shape in itertools.product(directions, dtypes, shapes):
+        case = bench_case(shape, dtype)
+        for variant in variants_for(case.n, variants):
+            keys.setdefault(Key(variant, direction, dtype, case.n), []).append(case)
+    return dict(sorted(keys.items(), key=lambda kv: dataclasses.astuple(kv[0])))
+
+
+def key_candidates(key: Key) -> list[LaunchConfig]:
+    return candidates(key.variant, key.direction, DTYPES[key.dtype], key.n)
+
+
+def ranked_by_geomean(measurements: list[Measurement]) -> list[tuple[LaunchConfig, float]]:
+    """(config, geometric mean ms over shapes), fastest first; only configurations
+    with a finite time on every shape measured qualify."""
+    shapes = {m.case for m in measurements}
+    times: dict[LaunchConfig, dict[LayerNormCase, float]] = {}
+    for m in measurements:
+        times.setdefault(m.cfg, {})[m.case] = m.ms
+    ranked = [
+        (cfg, math.exp(sum(math.log(ms) for ms in per_shape.values()) / len(per_shape)))
+        for cfg, per_shape in times.items()
+        if set(per_shape) == shapes and all(0 < ms < math.inf for ms in per_shape.values())
+    ]
+    return sorted(ranked, key=lambda r: r[1])
+
+
+def estimate_s(keys: dict[Key, list[LayerNormCase]], seed: bool, jobs: int, rep_ms: float, warmup_ms: float) -> dict:
+    units = {(k.variant, k.direction, k.dtype, k.n, c) for k in keys for c in compile_units(key_candidates(k))}
+    timings = sum(len(key_candidates(k)) * len(cases) for k, cases in keys.items()) + (
+        len(seed_configs()) if seed else 0
+    )
+    compile_s = POOL_START_S + len(units) * COMPILE_S / jobs
+    time_s = len(units) * LOAD_S + timings * ((warmup_ms + rep_ms) / 1e3 + TIMING_OVERHEAD_S)
+    return {"kernels": len(units), "timings": timings, "compile_s": compile_s, "time_s": time_s}
+
+
+# --- GPU side ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CaseTensors:
+    """Inputs and outputs of one case, made once and reused by every configuration."""
+
+    case: LayerNormCase
+    x: torch.Tensor
+    w: torch.Tensor
+    b: torch.Tensor
+    dy: torch.Tensor
+    fwd_out: tuple
+    bwd_out: tuple
+
+    @classmethod
+    def make(cls, case: LayerNormCase, variant: str) -> "CaseTensors":
+        from kernels.layer_norm.ops import layer_norm_fwd
+
+        x, w, b = case.make_inputs("cuda")
+        fwd_out = layer_norm_fwd(x, w, b, case.eps, variant)  # real statistics for the backward
+        bwd_out = (torch.empty_like(x), torch.empty_like(w), torch.empty_like(b))
+        return cls(case, x, w, b, torch.randn_like(x), fwd_out, bwd_out)
+
+    def runner(self, variant: str, direction: str, cfg: LaunchConfig):
+        from kernels.layer_norm.ops import forward_launch, layer_norm_bwd
+
+        if direction == "fwd":
+            return forward_launch(self.x, self.w, self.b, self.case.eps, variant, *self.fwd_out, cfg)
+        _, mean, rstd = self.fwd_out
+        return lambda: layer_norm_bwd(self.dy, self.x, self.w, self.b, mean, rstd, variant, self.bwd_out, cfg)
+
+
+def time_configs(key: Key, tensors: CaseTensors, configs, warmup_ms: float, rep_ms: float) -> list[Measurement]:
+    out = []
+    for cfg in configs:
+        ms = timing.median_ms(tensors.runner(key.variant, key.direction, cfg), warmup_ms, rep_ms)
+        out.append(Measurement(key, tensors.case, cfg, ms))
+    return out
+
+
+def _cfg_cells(cfg: LaunchConfig, direction: str) -> str:
+    programs = f" | {cfg.programs_per_sm}" if direction == "bwd" else ""
+    return f"{cfg.block_m} | {cfg.block_n} | {cfg.num_warps}{programs}"
+
+
+def print_seed_table(measured: list[Measurement], dropped: dict[LaunchConfig, str], gpu: str) -> None:
+    case = LayerNormCase(*SEED_SHAPE)
+    print(f"\nseed sweep: two_pass fwd {case.name} on {gpu}, one row per program: median ms")
+    print("| BLOCK_N | num_warps | ms | GB/s |\n|---|---|---|---|")
+    times = {m.cfg: m for m in measured}
+    for cfg in seed_configs():
+        m = times.get(cfg)
+        cells = f"{m.ms:.4f} | {m.gbps:.0f}" if m else f"dropped: {dropped.get(cfg, 'not run')} | -"
+        print(f"| {cfg.block_n} | {cfg.num_warps} | {cells} |")
+    if not measured:
+        return
+    best = min(measured, key=lambda m: m.ms)
+    print(f"best: BLOCK_N={best.cfg.block_n}, num_warps={best.cfg.num_warps} ({best.ms:.4f} ms, {best.gbps:.0f} GB/s)")
+
+
+def print_key_table(key: Key, measured: list[Measurement], ranked, default: LaunchConfig, top: int) -> None:
+    cases = sorted({m.case for m in measured}, key=lambda c: c.m)
+    by = {(m.cfg, m.case): m for m in measured}
+    programs = " programs/SM |" if key.direction == "bwd" else ""
+    heads = "".join(f" {c.m}x{c.n} ms (GB/s) |" for c in cases)
+    print(f"\n{key.name}: {len(ranked)} configurations, {top} fastest by geometric mean (and the heuristic)")
+    print(f"| BLOCK_M | BLOCK_N | num_warps |{programs}{heads} geomean ms |")
+    print("|---" * (4 + (key.direction == "bwd") + len(cases)) + "|")
+    shown = ranked[:top] + [r for r in ranked[top:] if r[0] == default]
+    for cfg, geomean in shown:
+        cells = "".join(f" {by[cfg, c].ms:.4f} ({by[cfg, c].gbps:.0f}) |" for c in cases)
+        mark = " best" if cfg == ranked[0][0] else ""
+        mark += " heuristic" if cfg == default else ""
+        print(f"| {_cfg_cells(cfg, key.direction)} |{cells} {geomean:.4f}{mark} |")
+    heuristic = dict(ranked).get(default)
+    if heuristic:
+        print(f"best vs heuristic: {heuristic / ranked[0][1]:.3f}x")
+
+
+def run(args, keys: dict[Key, list[LayerNormCase]], seed: bool, gpu: str) -> tuple[dict[str, LaunchConfig], list, list]:
+    from harness.tune_compile import CompileTask, compile_all
+
+    tasks = {
+        CompileTask(k.variant, k.direction, k.dtype, k.n, unit)
+        for k in keys
+        for unit in compile_units(key_candidates(k))
+    }
+    if seed:
+        tasks |= {CompileTask("two_pass", "fwd", "float32", SEED_SHAPE[1], cfg) for cfg in seed_configs()}
+    start = time.perf_counter()
+    print(f"\ncompiling {len(tasks)} kernels on {args.jobs} processes", flush=True)
+    dropped = {t: r for t, r in compile_all(sorted(tasks, key=str), args.jobs).items() if r is not None}
+    if len(dropped) == len(tasks):
+        raise SystemExit(f"every kernel failed to compile or launch, e.g.: {next(iter(dropped.values()))}")
+    for task, reason in sorted(dropped.items(), key=lambda tr: str(tr[0])):
+        print(f"  dropped {task.variant}/{task.direction}/{task.dtype}/{task.n} {task.cfg}: {reason}")
+
+    def usable(key: Key, cfg: LaunchConfig) -> bool:
+        return CompileTask(key.variant, key.direction, key.dtype, key.n, compile_unit(cfg)) not in dropped
+
+    all_measured: list[Measurement] = []
+    if seed:
+        key = Key("two_pass", "fwd", "float32", SEED_SHAPE[1])
+        tensors = CaseTensors.make(LayerNormCase(*SEED_SHAPE), key.variant)
+        configs = [c for c in seed_configs() if usable(key, c)]
+        seed_measured = time_configs(key, tensors, configs, args.warmup_ms, args.rep_ms)
+        all_measured += seed_measured
+        seed_dropped = {
+            c: dropped[CompileTask(key.variant, "fwd", "float32", key.n, c)] for c in seed_configs() if c not in configs
+        }
+        print_seed_table(seed_measured, seed_dropped, gpu)
+
+    best: dict[str, LaunchConfig] = {}
+    timed_start = time.perf_counter()
+    for i, (key, cases) in enumerate(keys.items(), 1):
+        configs = [c for c in key_candidates(key) if usable(key, c)]
+        measured = []
+        for case in cases:
+            tensors = CaseTensors.make(case, key.variant)
+            measured += time_configs(key, tensors, configs, args.warmup_ms, args.rep_ms)
+            del tensors
+        all_measured += measured
+        ranked = ranked_by_geomean(measured)
+        if not ranked:
+            print(f"\n{key.name}: no usable configuration; the heuristic stays")
+            continue
+        best[key.name] = ranked[0][0]
+        print_key_table(
+            key, measured, ranked, heuristic_config(key.variant, key.direction, DTYPES[key.dtype], key.n), args.top
+        )
+        spent = time.perf_counter() - timed_start
+        print(
+            f"[{i}/{len(keys)} keys, {time.perf_counter() - start:.0f} s, ~{spent / i * (len(keys) - i):.0f} s left]",
+            flush=True,
+        )
+    return best, all_measured, [(t, r) for t, r in dropped.items()]
+
+
+def write_json(path: Path, gpu_info: dict, args, best, measured, dropped) -> None:
+    def config(cfg: LaunchConfig) -> dict:
+        return dataclasses.asdict(cfg)
+
+    doc = {
+        "device": gpu_info,
+        "settings": {
+            "warmup_ms": args.warmup_ms,
+            "rep_ms": args.rep_ms,
+            "timer": "triton.testing.do_bench median, L2 flushed",
+        },
+        "best": {key: config(cfg) for key, cfg in best.items()},
+        "measurements": [
+            {"key": m.key.name, "shape": f"{m.case.m}x{m.case.n}", "config": config(m.cfg), "ms": m.ms, "gbps": m.gbps}
+            for m in measured
+        ],
+        "dropped": [
+            {"key": tuned_key(t.variant, t.direction, DTYPES[t.dtype], t.n), "config": config(t.cfg), "reason": r}
+            for t, r in dropped
+        ],
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", nargs="+", default=["two_pass", "fused"], choices=["two_pass", "fused"])
-    parser.add_argument("--shapes", nargs="+", help="MxN (default: 4096x4096 for two_pass, all for fused)")
-    parser.add_argument("--dtypes", nargs="+", default=["float32"], choices=BENCH_DTYPES)
-    parser.add_argument("--directions", nargs="+", default=["fwd"], choices=["fwd", "bwd"])
-    parser.add_argument("--dry-run", action="store_true", help="print the table, keep the configs file as is")
-    args = parser.parse_args()
+    parser.add_argument("--variants", nargs="+", default=["fused", "two_pass"], choices=["fused", "two_pass"])
+    parser.add_argument("--shapes", nargs="+", default=shape_names(), help="MxN (default: every benchmark shape)")
+    parser.add_argument("--dtypes", nargs="+", default=BENCH_DTYPES, choices=BENCH_DTYPES)
+    parser.add_argument("--directions", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"])
+    parser.add_argument("--no-seed", action="store_true", help="skip the seed's two_pass table")
+    parser.add_argument("--jobs", type=int, default=default_jobs(14), help="compile processes")
+    parser.add_argument("--warmup-ms", type=float, default=WARMUP_MS)
+    parser.add_argument("--rep-ms", type=float, default=REP_MS)
+    parser.add_argument("--top", type=int, default=5, help="rows per key table")
+    parser.add_argument("--json", type=Path, help="write every measurement (key, shape, config, ms, GB/s) here")
+    parser.add_argument("--dry-run", action="store_true", help="print the tables, keep the configs file as is")
+    parser.add_argument("--plan", action="store_true", help="print the keys and the time estimate, then stop")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    keys = plan(args.variants, args.directions, args.dtypes, args.shapes)
+    seed = not args.no_seed and "two_pass" in args.variants and "fwd" in args.directions and "float32" in args.dtypes
+    est = estimate_s(keys, seed, args.jobs, args.rep_ms, args.warmup_ms)
+    print(
+        f"tune: {len(keys)} keys over {sum(map(len, keys.values()))} (key, shape) pairs"
+        f"{' + the seed table' if seed else ''}; "
+        f"{est['kernels']} kernels to compile on {args.jobs} processes (~{est['compile_s']:.0f} s), "
+        f"{est['timings']} timings at {args.warmup_ms:g}+{args.rep_ms:g} ms (~{est['time_s']:.0f} s): "
+        f"estimate ~{(est['compile_s'] + est['time_s']) / 60:.1f} min"
+    )
+    if args.plan:
+        for key, cases in keys.items():
+            print(f"  {key.name}: {len(key_candidates(key))} configs x {', '.join(f'{c.m}x{c.n}' for c in cases)}")
+        return
     if not torch.cuda.is_available():
-        raise SystemExit("nox -s tune times kernels on a GPU; none is visible")
-    gpu = device_info()["gpu_class"]
-    path = tuned_file()
-    table = json.loads(path.read_text()) if path.exists() else {}
-    for variant, dtype, direction in itertools.product(args.variants, args.dtypes, args.directions):
-        shapes = args.shapes or (["4096x4096"] if variant == "two_pass" else [f"{m}x{n}" for m, n in BENCH_SHAPES])
-        for shape in shapes:
-            m, n = (int(v) for v in shape.split("x"))
-            if variant == "fused" and n > FUSED_MAX_N:
-                continue
-            case = LayerNormCase(m, n, dtype)
-            best, results = sweep(case, variant, direction)
-            print(f"\n{variant} {direction} {case.name} on {gpu}: median ms")
-            print("| BLOCK_M | BLOCK_N | num_warps | ms | GB/s |\n|---|---|---|---|---|")
-            for cfg, ms in results:
-                mark = " **best**" if cfg == best else ""
-                print(f"| {cfg.block_m} | {cfg.block_n} | {cfg.num_warps} | {ms:.4f}{mark} | "
-                      f"{timing.gbps(case.bytes_moved(direction), ms):.0f} |")  # fmt: skip
-            table.setdefault(gpu, {})[tuned_key(variant, direction, case.torch_dtype, n)] = {
-                "block_m": best.block_m, "block_n": best.block_n, "num_warps": best.num_warps,
-            }  # fmt: skip
+        raise SystemExit("nox -s tune times kernels on a GPU; none is visible (--plan shows what it would run)")
+    from harness.device_info import device_info
+
+    info = device_info()
+    start = time.perf_counter()
+    best, measured, dropped = run(args, keys, seed, info["gpu_class"])
+    print(f"\ntuned {len(best)} keys in {time.perf_counter() - start:.0f} s")
+    if args.json:
+        write_json(args.json, info, args, best, measured, dropped)
+        print(f"every measurement written to {args.json}")
     if not args.dry_run:
-        path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-        print(f"\nbest configurations kept in {path}")
+        path = tuned_file()
+        write_tuned_table(path, with_tuned(read_tuned_table(path), info["gpu_class"], best))
+        print(f"best configurations kept in {path} under {info['gpu_class']}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import torch
 from harness.cases.layer_norm import BENCH_SHAPES, DTYPES
 from harness.codegen import compile_sm90, resource_usage, sass
 from kernels.device import interpreter_mode
+from kernels.layer_norm.config import LaunchConfig, read_tuned_table, tuned_file
 from kernels.layer_norm.ops import backward_launch, forward_launch, select_variant
 
 pytestmark = pytest.mark.skipif(interpreter_mode(), reason="ahead-of-time compile: runs in the compiled pytest process")
@@ -63,3 +64,36 @@ def test_non_power_of_two_rows_keep_128_bit_access(variant, direction, dtype):
     # 16-byte aligned; the launcher's VEC hint must turn that into 16-byte access.
     code, _ = _compiled(variant, direction, 4096, 5000, dtype)
     assert "LDG.E.128" in code and "STG.E.128" in code
+
+
+def _tuned_entries() -> list:
+    """Every (GPU class, key, config) of the tuned table: the configurations GPUs actually run."""
+    table = read_tuned_table(tuned_file())
+    return [
+        pytest.param(key, LaunchConfig(**fields), id=f"{gpu}-{key}")
+        for gpu, entries in sorted(table.items())
+        for key, fields in sorted(entries.items())
+    ]
+
+
+# Parametrized over the entries, so an empty or missing table reports an empty
+# parameter set (a skip), never a test that passed without checking anything.
+@pytest.mark.parametrize(("key", "cfg"), _tuned_entries())
+def test_tuned_configs_compile_without_spills_and_keep_128_bit_access(key, cfg):
+    variant, direction, dtype, n = key.split("/")
+    n = int(n)
+    dt = DTYPES[dtype]
+    m = 4096  # rows enter the compiled code only through divisibility by 16
+    x = torch.empty(m, n, dtype=dt, device="meta")
+    w = torch.empty(n, dtype=dt, device="meta")
+    stats = torch.empty(m, dtype=torch.float32, device="meta")
+    if direction == "fwd":
+        launch = forward_launch(x, w, w, 1e-5, variant, x, stats, stats, cfg)
+    else:
+        launch = backward_launch(x, x, w, w, stats, stats, variant, x, cfg)[0]
+    cubin = compile_sm90(launch).asm["cubin"]
+    code, usage = sass(cubin), resource_usage(cubin)
+    assert usage["STACK"] == 0 and usage["LOCAL"] == 0, f"{key} {cfg} spills to local memory: {usage}"
+    assert not re.search(r"\b(LDL|STL)\b", code), f"{key} {cfg}: local-memory loads/stores in SASS"
+    if n % (16 // dt.itemsize) == 0:  # every row starts 16-byte aligned
+        assert "LDG.E.128" in code and "STG.E.128" in code, f"{key} {cfg} lost 128-bit loads/stores"

@@ -1,0 +1,91 @@
+"""The launch configurations ``nox -s tune`` tries for each LayerNorm key.
+
+Wide enough to matter (rows per program, chunk size for two_pass, 1 to 16
+warps, persistent grid size for the backward), pruned to tiles a memory-bound
+kernel can use well, so that every key of the benchmark suite tunes in minutes:
+
+* each thread holds at least one 16-byte access of the tile (fewer elements
+  would leave lanes loading the same data twice), and at most
+  ``MAX_BYTES_PER_THREAD`` of input per tensor (past that the fp32 working set
+  no longer fits in registers at useful occupancy, and spills);
+* the backward's persistent grid never asks for more warps per SM than can be
+  resident at once.
+
+Configurations that still spill or do not fit are dropped after compiling.
+"""
+
+import itertools
+
+import torch
+import triton
+
+from kernels.layer_norm.config import FUSED_MAX_N, LaunchConfig, heuristic_config
+
+WARPS = (1, 2, 4, 8, 16)
+ROWS = (1, 2, 4, 8, 16)
+TWO_PASS_BLOCK_N = (256, 512, 1024, 2048, 4096, 8192)
+PROGRAMS_PER_SM = (1, 2, 4, 8)
+MAX_RESIDENT_WARPS = 64  # per SM on sm_80 and sm_90
+
+# Per thread and per tensor, counted in fp32 (the kernels compute in fp32): 32
+# values forward; the backward keeps x, dy, xhat and g live at once, so half as
+# many. The fused kernels hold the whole row, and fewer warps are only possible
+# with more per thread: twice as much (the compile step drops what spills).
+MAX_BYTES_PER_THREAD = {("two_pass", "fwd"): 128, ("two_pass", "bwd"): 64, ("fused", "fwd"): 256, ("fused", "bwd"): 128}
+
+# The seed's day-3 sweep: two_pass forward, fp32 4096x4096, one row per program.
+SEED_SHAPE = (4096, 4096)
+SEED_BLOCK_N = (512, 1024, 2048, 4096, 8192)
+SEED_WARPS = (2, 4, 8)
+
+
+def seed_configs() -> list[LaunchConfig]:
+    return [LaunchConfig(1, block_n, warps) for block_n, warps in itertools.product(SEED_BLOCK_N, SEED_WARPS)]
+
+
+def variants_for(n: int, variants) -> list[str]:
+    """The variants a launcher may use for rows of ``n`` (fused only up to FUSED_MAX_N)."""
+    return [v for v in variants if v != "fused" or n <= FUSED_MAX_N]
+
+
+def _fits(elements: int, warps: int, variant: str, direction: str, element_bytes: int) -> bool:
+    per_thread = elements // (32 * warps)
+    min_elements = 16 // element_bytes  # one 16-byte access
+    max_elements = MAX_BYTES_PER_THREAD[variant, direction] // 4
+    return elements % (32 * warps) == 0 and min_elements <= per_thread <= max_elements
+
+
+def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list[LaunchConfig]:
+    """Every configuration to try for one key, the heuristic one included (so a
+    tuned entry is never slower than the default it replaces, as measured)."""
+    if variant == "fused":
+        block_ns = [triton.next_power_of_2(n)]
+    else:
+        # Chunks from a quarter of the row (but 512 is short enough for any row: each chunk
+        # ends in a cross-warp reduction) up to the whole row.
+        row = triton.next_power_of_2(n)
+        block_ns = [b for b in TWO_PASS_BLOCK_N if min(512, row // 4) <= b <= row]
+    tiles = [
+        LaunchConfig(rows, block_n, warps)
+        for block_n, rows, warps in itertools.product(block_ns, ROWS, WARPS)
+        if _fits(rows * block_n, warps, variant, direction, dtype.itemsize)
+    ]
+    if direction == "bwd":
+        tiles = [
+            LaunchConfig(t.block_m, t.block_n, t.num_warps, programs)
+            for t in tiles
+            for programs in PROGRAMS_PER_SM
+            if programs * t.num_warps <= MAX_RESIDENT_WARPS
+        ]
+    default = heuristic_config(variant, direction, dtype, n)
+    return tiles if default in tiles else [*tiles, default]
+
+
+def compile_unit(cfg: LaunchConfig) -> LaunchConfig:
+    """The configuration that names ``cfg``'s kernel: programs_per_sm changes the grid, not the code."""
+    return LaunchConfig(cfg.block_m, cfg.block_n, cfg.num_warps)
+
+
+def compile_units(configs) -> list[LaunchConfig]:
+    """The distinct kernels among ``configs``."""
+    return list(dict.fromkeys(map(compile_unit, configs)))

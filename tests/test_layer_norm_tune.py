@@ -1,0 +1,148 @@
+"""The CPU side of ``nox -s tune``: what it tries, what it covers, how it picks
+and how it keeps the result. (The timing itself needs a GPU.)"""
+
+import json
+
+import pytest
+import torch
+
+from harness import tune
+from harness.cases.layer_norm import BENCH_DTYPES, BENCH_SHAPES, DTYPES, LAYER_NORM_VARIANTS, LayerNormCase
+from harness.tune_space import MAX_RESIDENT_WARPS, candidates, seed_configs
+from kernels.layer_norm.config import (
+    FUSED_MAX_N,
+    TUNED_ENV,
+    LaunchConfig,
+    heuristic_config,
+    launch_config,
+    read_tuned_table,
+    tuned_key,
+    with_tuned,
+    write_tuned_table,
+)
+from kernels.layer_norm.ops import select_variant
+
+
+def test_seed_table_is_the_day_3_sweep():
+    got = {(c.block_m, c.block_n, c.num_warps) for c in seed_configs()}
+    assert got == {(1, b, w) for b in (512, 1024, 2048, 4096, 8192) for w in (2, 4, 8)}
+    assert len(seed_configs()) == 15
+
+
+def test_default_plan_covers_every_key_the_benchmarks_look_up():
+    args = tune.parse_args([])
+    planned = {key.name for key in tune.plan(args.variants, args.directions, args.dtypes, args.shapes)}
+    looked_up = {
+        tuned_key(select_variant(variant, n), direction, DTYPES[dtype], n)
+        for m, n in BENCH_SHAPES
+        for dtype in BENCH_DTYPES
+        for direction in ("fwd", "bwd")
+        for variant in LAYER_NORM_VARIANTS
+    }
+    assert looked_up <= planned
+    assert all(int(name.rsplit("/", 1)[1]) <= FUSED_MAX_N for name in planned if name.startswith("fused/"))
+
+
+def test_shapes_with_the_same_row_length_share_a_key():
+    keys = tune.plan(["two_pass"], ["fwd"], ["float32"], ["4096x4096", "16384x4096", "4096x1024"])
+    assert {k.n: [(c.m, c.n) for c in cases] for k, cases in keys.items()} == {
+        1024: [(4096, 1024)],
+        4096: [(4096, 4096), (16384, 4096)],
+    }
+
+
+def test_fused_is_not_planned_past_its_row_limit():
+    keys = tune.plan(["fused", "two_pass"], ["fwd"], ["float32"], [f"4x{FUSED_MAX_N + 1}"])
+    assert [k.variant for k in keys] == ["two_pass"]
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+@pytest.mark.parametrize("variant", ["fused", "two_pass"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n", sorted({n for _, n in BENCH_SHAPES}))
+def test_candidates_are_sensible(variant, direction, dtype, n):
+    dt = DTYPES[dtype]
+    configs = candidates(variant, direction, dt, n)
+    row = 1 << (n - 1).bit_length()
+    assert len(configs) == len(set(configs)), "duplicates"
+    assert heuristic_config(variant, direction, dt, n) in configs, "the default must be measured beside the others"
+    assert len(configs) >= 3 and len({c.num_warps for c in configs}) >= 2
+    for c in configs:
+        if variant == "fused":
+            assert c.block_n == row
+        else:
+            assert c.block_n <= row
+        assert c.num_warps in (1, 2, 4, 8, 16)
+        if direction == "bwd":
+            assert c.programs_per_sm * c.num_warps <= MAX_RESIDENT_WARPS
+    if direction == "bwd":
+        assert len({c.programs_per_sm for c in configs}) >= 2, "the persistent grid size is part of the backward space"
+
+
+def _m(case, cfg, ms):
+    return tune.Measurement(tune.Key("fused", "fwd", "float32", case.n), case, cfg, ms)
+
+
+def test_best_is_the_lowest_geometric_mean_over_shapes():
+    short, tall = LayerNormCase(4096, 1024), LayerNormCase(32768, 1024)
+    a, b, c = LaunchConfig(1, 1024, 4), LaunchConfig(2, 1024, 8), LaunchConfig(4, 1024, 8)
+    measured = [
+        _m(short, a, 1.0), _m(tall, a, 10.0),  # fastest on the short shape; geomean sqrt(10) = 3.16
+        _m(short, b, 1.5), _m(tall, b, 6.0),  # geomean 3.0: the best
+        _m(short, c, 0.5),  # never measured on the tall shape: does not qualify
+    ]  # fmt: skip
+    ranked = tune.ranked_by_geomean(measured)
+    assert [cfg for cfg, _ in ranked] == [b, a]
+    assert ranked[0][1] == pytest.approx(3.0)
+
+
+def test_configurations_that_failed_on_a_shape_do_not_qualify():
+    short, tall = LayerNormCase(4096, 1024), LayerNormCase(32768, 1024)
+    a, b = LaunchConfig(1, 1024, 4), LaunchConfig(2, 1024, 8)
+    measured = [_m(short, a, 0.1), _m(tall, a, float("inf")), _m(short, b, 1.0), _m(tall, b, 1.0)]
+    assert [cfg for cfg, _ in tune.ranked_by_geomean(measured)] == [b]
+
+
+def test_merge_keeps_other_gpu_classes_and_keys(tmp_path, monkeypatch):
+    old = {
+        "H100": {"fused/fwd/float32/4096": {"block_m": 1, "block_n": 4096, "num_warps": 8}},
+        "H200": {
+            "fused/fwd/float32/4096": {"block_m": 1, "block_n": 4096, "num_warps": 8},
+            "fused/fwd/float32/1024": {"block_m": 4, "block_n": 1024, "num_warps": 4},
+        },
+    }
+    snapshot = json.loads(json.dumps(old))
+    new_cfg = LaunchConfig(2, 4096, 16, programs_per_sm=2)
+    merged = with_tuned(old, "H200", {"fused/fwd/float32/4096": new_cfg})
+    assert old == snapshot, "the table read from disk must not be changed in place"
+    assert merged["H100"] == old["H100"]
+    assert merged["H200"]["fused/fwd/float32/1024"] == old["H200"]["fused/fwd/float32/1024"]
+    assert LaunchConfig(**merged["H200"]["fused/fwd/float32/4096"]) == new_cfg
+    # What is written is what the launchers read back.
+    path = tmp_path / "tuned.json"
+    write_tuned_table(path, merged)
+    assert read_tuned_table(path) == merged
+    monkeypatch.setenv(TUNED_ENV, str(path))
+    assert launch_config("fused", "fwd", torch.float32, 4096, "H200") == new_cfg
+    assert launch_config("fused", "fwd", torch.float32, 4096, "H100") == LaunchConfig(1, 4096, 8)
+    assert launch_config("fused", "fwd", torch.float32, 8192, "H200") == heuristic_config(
+        "fused", "fwd", torch.float32, 8192
+    )
+
+
+def test_default_run_is_estimated_within_five_minutes_on_14_processes():
+    args = tune.parse_args(["--jobs", "14"])
+    keys = tune.plan(args.variants, args.directions, args.dtypes, args.shapes)
+    est = tune.estimate_s(keys, True, args.jobs, args.rep_ms, args.warmup_ms)
+    assert est["compile_s"] + est["time_s"] <= 300, est
+
+
+def test_plan_runs_without_a_gpu(capsys):
+    tune.main(["--plan"])
+    assert "estimate" in capsys.readouterr().out
+
+
+def test_without_a_gpu_it_says_so(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="none is visible"):
+        tune.main([])
