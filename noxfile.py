@@ -139,6 +139,8 @@ def bench(session: nox.Session) -> None:
     """
     install(session, "bench", "attention")
     gpu = gpu_or_smoke(session)
+    if gpu:  # compile everything in parallel first: asv's per-benchmark processes then load, not compile
+        py(session, "-m", "harness.warm")
     machine, commit = _asv_run_checkout(session, gpu, *session.posargs)
     py(session, "-m", "asv", "publish")
     py(session, "-m", "harness.report", "--machine", machine, "--commit", commit)

@@ -8,31 +8,32 @@ from harness.cases.attention. TileLang has no interpreter: without a GPU
 every benchmark here is skipped.
 """
 
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
 from harness import timing
-from harness.cases.attention import ATTENTION_BASELINE, ATTENTION_REFERENCES, BENCH_CONFIGS
-from harness.workloads import attention_backward_workload
+from harness.cases.attention import ATTENTION_REFERENCES, BENCH_CONFIGS
+from harness.metrics import attention_metrics, per_run
+from harness.workloads import attention_backward_workload, warmed
 from kernels.attention import ACCUM_MODES
 
 
-def _workload(config: str, impl: str):
+def _require_gpu():
     if not timing.gpu_timing():
         raise NotImplementedError("TileLang kernels need a GPU")
-    fn = attention_backward_workload(BENCH_CONFIGS[config], impl)
-    fn()  # TileLang JIT (disk-cached) and first-call set-up outside any sample
-    timing.sync()
-    return fn
 
 
 class AttentionBackward:
     params = [list(BENCH_CONFIGS), [*ACCUM_MODES, *ATTENTION_REFERENCES]]
     param_names = ["config", "impl"]
     timer = staticmethod(timing.device_clock)
-    repeat = (3, 10, 2.0)
+    rounds = 1
+    repeat = (10, 20, 2.0)
     timeout = 600
 
     def setup(self, config, impl):
+        _require_gpu()
         # Each backward reads and writes ~100 MB or more: far past L2, no rotation needed.
-        self.fn = _workload(config, impl)
+        self.fn = warmed(attention_backward_workload(BENCH_CONFIGS[config], impl))
 
     def time_backward(self, config, impl):
         self.fn()
@@ -44,36 +45,28 @@ class AttentionBackwardMetrics:
     rounds = 1  # each value is already a median over interleaved rounds
     timeout = 600
 
+    def setup_cache(self):
+        """Gives the class's benchmarks one working directory for the run (harness.metrics.per_run)."""
+
     def setup(self, config, accum):
-        self.case = BENCH_CONFIGS[config]
-        self.fn = _workload(config, accum)
+        _require_gpu()
+        measured = per_run(f"attention-{config}", lambda: attention_metrics(BENCH_CONFIGS[config], list(ACCUM_MODES)))
+        self.metrics = measured[accum]
 
     def track_tflops(self, config, accum):
-        return timing.tflops(self.case.flops_backward(), timing.median_ms(self.fn))
+        return self.metrics["tflops"]
 
     track_tflops.unit = "TFLOP/s"
 
     def track_pct_matmul_peak(self, config, accum):
         """Achieved TFLOP/s over a bf16 8192^3 matmul's, measured interleaved."""
-        matmul, flops = timing.matmul()
-        return 100 * self.case.flops_backward() / flops * timing.ratio(matmul, self.fn)
+        return self.metrics["pct_matmul_peak"]
 
     track_pct_matmul_peak.unit = "%"
 
-
-class AttentionBackwardVsFa2:
-    """Skipped where FA2 cannot run the case (d_qk != d_v)."""
-
-    params = [list(BENCH_CONFIGS), list(ACCUM_MODES)]
-    param_names = ["config", "accum"]
-    rounds = 1
-    timeout = 600
-
-    def setup(self, config, accum):
-        self.fa2 = _workload(config, ATTENTION_BASELINE)
-        self.fn = _workload(config, accum)
-
     def track_speedup_vs_fa2(self, config, accum):
-        return timing.ratio(self.fa2, self.fn)
+        if "speedup_vs_fa2" not in self.metrics:
+            raise SkipNotImplemented("torch's varlen_attn (FA2) needs d_qk == d_v")
+        return self.metrics["speedup_vs_fa2"]
 
     track_speedup_vs_fa2.unit = "x"

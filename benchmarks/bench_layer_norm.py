@@ -1,104 +1,83 @@
 """LayerNorm: Triton kernels against eager PyTorch and torch.compile.
 
 ``LayerNorm.time_layer_norm`` is timed by asv with a device-synchronizing
-timer over rotated inputs. ``LayerNormMetrics`` tracks what the gate and the
-history need: speedups (interleaved, in one process), GB/s and % of the
-measured copy peak. Shapes and dtypes come from harness.cases.layer_norm.
+timer over rotated inputs, launch cost included. ``LayerNormMetrics`` tracks
+what the gate and the history need, from kernel times (do_bench, L2 flushed)
+measured interleaved in one process per case (harness.metrics): speedups over
+eager torch and torch.compile, GB/s and % of the measured copy peak. Shapes
+and dtypes come from harness.cases.layer_norm.
 """
+
+from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from harness import timing
 from harness.cases.layer_norm import (
     BENCH_DIRECTIONS,
     BENCH_DTYPES,
-    LAYER_NORM_BASELINE,
     LAYER_NORM_REFERENCES,
     LAYER_NORM_VARIANTS,
     bench_case,
     shape_names,
 )
-from harness.workloads import layer_norm_workload, rotations, sized_for_device
-
-
-def _workload(shape, dtype, direction, impl, rotate=False):
-    if impl == "torch_compile" and not timing.gpu_timing():
-        raise NotImplementedError("torch.compile is a GPU reference; not run in interpreter smoke mode")
-    case = sized_for_device(bench_case(shape, dtype))
-    fn = layer_norm_workload(case, impl, direction, rotations(case.bytes_moved(direction)) if rotate else 1)
-    fn()  # compile (Triton JIT, torch.compile) outside any sample
-    timing.sync()
-    return case, fn
+from harness.metrics import layer_norm_metrics, per_run
+from harness.workloads import layer_norm_workload, rotations, sized_for_device, warmed
 
 
 class LayerNorm:
     params = [shape_names(), BENCH_DTYPES, BENCH_DIRECTIONS, LAYER_NORM_VARIANTS + LAYER_NORM_REFERENCES]
     param_names = ["shape", "dtype", "direction", "impl"]
     timer = staticmethod(timing.device_clock)  # reads the clock once the device is idle
-    repeat = (3, 10, 2.0)  # (min samples, max samples, seconds) per round
-    timeout = 600  # torch.compile's first compile can take minutes
+    rounds = 1
+    repeat = (10, 20, 1.0)  # (min samples, max samples, seconds): the gate tests on these samples
+    timeout = 600  # a cold torch.compile can take minutes
 
     def setup(self, shape, dtype, direction, impl):
-        _, self.fn = _workload(shape, dtype, direction, impl, rotate=True)
+        if impl == "torch_compile" and not timing.gpu_timing():
+            raise NotImplementedError("torch.compile is a GPU reference; not run in interpreter smoke mode")
+        case = sized_for_device(bench_case(shape, dtype))
+        rotate = rotations(case.bytes_moved(direction))
+        self.fn = warmed(layer_norm_workload(case, impl, direction, rotate))
 
     def time_layer_norm(self, shape, dtype, direction, impl):
         self.fn()
 
 
-class _KernelCase:
-    """One Triton variant on one case, ready to time."""
-
+class LayerNormMetrics:
     params = [shape_names(), BENCH_DTYPES, BENCH_DIRECTIONS, LAYER_NORM_VARIANTS]
     param_names = ["shape", "dtype", "direction", "variant"]
     rounds = 1  # each value is already a median over interleaved rounds
     timeout = 600
 
+    def setup_cache(self):
+        """Gives the class's benchmarks one working directory for the run (harness.metrics.per_run)."""
+
     def setup(self, shape, dtype, direction, variant):
-        self.case, self.fn = _workload(shape, dtype, direction, variant)
-        self.nbytes = self.case.bytes_moved(direction)
+        case = sized_for_device(bench_case(shape, dtype))
+        measured = per_run(f"layer_norm-{shape}-{dtype}-{direction}", lambda: layer_norm_metrics(case, direction))
+        self.metrics = measured[variant]
 
+    def _metric(self, name: str) -> float:
+        if name not in self.metrics:
+            raise SkipNotImplemented(f"{name} is a GPU metric; not measured in interpreter smoke mode")
+        return self.metrics[name]
 
-class LayerNormMetrics(_KernelCase):
     def track_speedup_vs_torch(self, shape, dtype, direction, variant):
-        _, baseline = _workload(shape, dtype, direction, LAYER_NORM_BASELINE)
-        return timing.ratio(baseline, self.fn)
+        return self._metric("speedup_vs_torch")
 
     track_speedup_vs_torch.unit = "x"
 
+    def track_speedup_vs_compile(self, shape, dtype, direction, variant):
+        return self._metric("speedup_vs_compile")
+
+    track_speedup_vs_compile.unit = "x"
+
     def track_gbps(self, shape, dtype, direction, variant):
-        return timing.gbps(self.nbytes, timing.median_ms(self.fn))
+        return self._metric("gbps")
 
     track_gbps.unit = "GB/s"
 
-
-class LayerNormGpuMetrics(_KernelCase):
-    """Metrics with no meaning in interpreter smoke runs: skipped there."""
-
-    def setup(self, shape, dtype, direction, variant):
-        if not timing.gpu_timing():
-            raise NotImplementedError("GPU-only metric (device copy peak)")
-        super().setup(shape, dtype, direction, variant)
-
     def track_pct_peak(self, shape, dtype, direction, variant):
-        """Achieved bandwidth over the device's copy peak (a 1 GiB copy), measured interleaved."""
-        copy_over_kernel = timing.ratio(timing.copy(), self.fn)  # t_copy / t_kernel
-        return 100 * self.nbytes / (2 * timing.COPY_BYTES) * copy_over_kernel
+        """Achieved bandwidth over the device's copy bandwidth (a 1 GiB copy, bytes read + written)."""
+        return self._metric("pct_peak")
 
     track_pct_peak.unit = "%"
-
-
-class LayerNormVsCompile:
-    """auto against torch.compile'd layer_norm, interleaved. Only auto: each
-    process pays torch.compile's load, and auto is what users get."""
-
-    params = [shape_names(), BENCH_DTYPES, BENCH_DIRECTIONS]
-    param_names = ["shape", "dtype", "direction"]
-    rounds = 1
-    timeout = 600
-
-    def setup(self, shape, dtype, direction):
-        _, self.kernel = _workload(shape, dtype, direction, "auto")
-        _, self.compiled = _workload(shape, dtype, direction, "torch_compile")
-
-    def track_speedup_vs_compile(self, shape, dtype, direction):
-        return timing.ratio(self.compiled, self.kernel)
-
-    track_speedup_vs_compile.unit = "x"

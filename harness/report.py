@@ -18,12 +18,9 @@ from harness.cases.layer_norm import LAYER_NORM_VARIANTS
 
 LN = "bench_layer_norm.LayerNorm"
 LN_METRICS = "bench_layer_norm.LayerNormMetrics"
-LN_GPU_METRICS = "bench_layer_norm.LayerNormGpuMetrics"
-LN_VS_COMPILE = "bench_layer_norm.LayerNormVsCompile.track_speedup_vs_compile"
 DEVICE = "bench_device.Device"
 ATT = "bench_attention.AttentionBackward.time_backward"
 ATT_METRICS = "bench_attention.AttentionBackwardMetrics"
-ATT_VS_FA2 = "bench_attention.AttentionBackwardVsFa2.track_speedup_vs_fa2"
 
 
 def load_values(results_dir: Path, machine: str, commit: str) -> tuple[dict, dict]:
@@ -61,9 +58,9 @@ def layer_norm_rows(values: dict) -> list[dict]:
                 "case": f"{shape} {dtype} {direction}",
                 "time_us": time_s * 1e6 if time_s is not None else None,
                 "speedup_torch": _value(values, f"{LN_METRICS}.track_speedup_vs_torch", key),
-                "speedup_compile": _value(values, LN_VS_COMPILE, key[:3]) if variant == "auto" else None,
+                "speedup_compile": _value(values, f"{LN_METRICS}.track_speedup_vs_compile", key),
                 "gbps": _value(values, f"{LN_METRICS}.track_gbps", key),
-                "pct_peak": _value(values, f"{LN_GPU_METRICS}.track_pct_peak", key),
+                "pct_peak": _value(values, f"{LN_METRICS}.track_pct_peak", key),
             }
         )
     order = {v: i for i, v in enumerate(LAYER_NORM_VARIANTS)}
@@ -81,7 +78,7 @@ def attention_rows(values: dict) -> list[dict]:
                 "kernel": f"attention_bwd/{accum}",
                 "case": config,
                 "time_us": time_s * 1e6 if time_s is not None else None,
-                "speedup_fa2": _value(values, ATT_VS_FA2, (config, accum)),
+                "speedup_fa2": _value(values, f"{ATT_METRICS}.track_speedup_vs_fa2", (config, accum)),
                 "tflops": _value(values, f"{ATT_METRICS}.track_tflops", (config, accum)),
                 "pct_peak": _value(values, f"{ATT_METRICS}.track_pct_matmul_peak", (config, accum)),
             }

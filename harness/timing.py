@@ -58,13 +58,18 @@ def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int = ROUNDS) -
     return times
 
 
+def median_ratio(numerator_ms: list[float], denominator_ms: list[float]) -> float:
+    """Median of per-round ratios of two interleaved series (drift cancels within a round)."""
+    return statistics.median(a / b for a, b in zip(numerator_ms, denominator_ms, strict=True))
+
+
 def ratio(numerator: Callable[[], object], denominator: Callable[[], object], rounds: int = ROUNDS) -> float:
     """Median over interleaved rounds of time(numerator) / time(denominator).
 
     ``ratio(baseline, kernel)`` is the kernel's speedup over the baseline.
     """
     t = interleaved_ms({"num": numerator, "den": denominator}, rounds)
-    return statistics.median(a / b for a, b in zip(t["num"], t["den"], strict=True))
+    return median_ratio(t["num"], t["den"])
 
 
 @functools.cache

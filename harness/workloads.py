@@ -10,7 +10,16 @@ from collections.abc import Callable
 import torch
 
 import kernels
+from harness import timing
 from harness.cases.layer_norm import LAYER_NORM_VARIANTS, LayerNormCase
+
+
+def warmed(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` after one call and a device sync: JIT compiles (Triton, TileLang, torch.compile)
+    and first-call set-up are done, so none lands inside a timed sample."""
+    fn()
+    timing.sync()
+    return fn
 
 
 def bench_device() -> torch.device:

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.skipif(
     reason="CPU smoke of the asv suite; a GPU runner benchmarks for real",
 )
 SMOKE_ATTRIBUTES = ["-a", "repeat=1", "-a", "rounds=1", "-a", "number=1", "-a", "warmup_time=0"]
-# Skipped by design in smoke mode (NotImplementedError in setup): GPU-only references and metrics.
-GPU_ONLY = ("torch_compile", "LayerNormGpuMetrics", "LayerNormVsCompile", "bench_device", "Attention")
+# Skipped by design in smoke mode (NotImplementedError): GPU-only references and metrics.
+GPU_ONLY = ("torch_compile", "track_speedup_vs_compile", "track_pct_peak", "bench_device", "Attention")
 
 
 def asv(*args, cwd=ROOT):

@@ -516,7 +516,7 @@ def test_real_thresholds_pass_a_healthy_h200_run(gate):
     space = suite_space()
     not_applicable = {  # no FA2 at d_qk != d_v: asv records the skipped combinations as NaN
         case: float("nan")
-        for name in (ATT_TIME, "bench_attention.AttentionBackwardVsFa2.track_speedup_vs_fa2")
+        for name in (ATT_TIME, "bench_attention.AttentionBackwardMetrics.track_speedup_vs_fa2")
         for case in space[name].cases(name)
         if case.value("config") == "seed-gqa-192-128-causal" and case.value("impl") in (None, "fa2_varlen")
     }

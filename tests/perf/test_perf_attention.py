@@ -10,7 +10,7 @@ import pytest
 
 from harness import timing
 from harness.cases.attention import ATTENTION_BASELINE, ATTENTION_REFERENCES, BENCH_CONFIGS
-from harness.workloads import attention_backward_workload
+from harness.workloads import attention_backward_workload, warmed
 from kernels.attention import ACCUM_MODES
 
 pytestmark = [
@@ -21,12 +21,9 @@ pytestmark = [
 
 def ready(case, impl):
     try:
-        fn = attention_backward_workload(case, impl)
+        return warmed(attention_backward_workload(case, impl))  # TileLang JIT before any round
     except NotImplementedError as exc:
         pytest.skip(str(exc))
-    fn()  # TileLang JIT and first-call set-up before any round
-    timing.sync()
-    return fn
 
 
 @pytest.mark.parametrize("impl", [*ACCUM_MODES, *ATTENTION_REFERENCES])

@@ -16,7 +16,7 @@ from harness.cases.layer_norm import (
     bench_case,
     shape_names,
 )
-from harness.workloads import layer_norm_workload, rotations, sized_for_device
+from harness.workloads import layer_norm_workload, rotations, sized_for_device, warmed
 
 pytestmark = [
     # Device time: the clock is read after a device sync. Warm-up rounds (GPU clocks, caches)
@@ -24,13 +24,6 @@ pytestmark = [
     pytest.mark.benchmark(timer=timing.device_clock, warmup=timing.gpu_timing()),
     pytest.mark.usefixtures("kernel_device"),  # a GPU, or the interpreter; else skip (or fail with --require-gpu)
 ]
-
-
-def ready(case, impl, direction, rotate=1):
-    fn = layer_norm_workload(case, impl, direction, rotate)
-    fn()  # compile (Triton JIT, torch.compile) before any round
-    timing.sync()
-    return fn
 
 
 @pytest.mark.parametrize("impl", LAYER_NORM_VARIANTS + LAYER_NORM_REFERENCES)
@@ -45,7 +38,9 @@ def test_layer_norm(benchmark, record_perf, shape, dtype, direction, impl):
     case = sized_for_device(table_case)
     nbytes = case.bytes_moved(direction)
     # Rotated input sets: the timer cannot flush L2 between iterations.
-    fn = ready(case, impl, direction, rotations(nbytes))
+    fn = warmed(layer_norm_workload(case, impl, direction, rotations(nbytes)))
     benchmark(fn)
-    baseline = None if impl == LAYER_NORM_BASELINE else ready(case, LAYER_NORM_BASELINE, direction)
+    baseline = None
+    if impl != LAYER_NORM_BASELINE:
+        baseline = warmed(layer_norm_workload(case, LAYER_NORM_BASELINE, direction))
     record_perf(fn, nbytes=nbytes, baseline=baseline)

@@ -1,0 +1,81 @@
+"""The derived metrics of one benchmark case, measured in one process: every
+kernel variant beside its references, round after round (timing.interleaved_ms),
+so clock and thermal drift cancel in each ratio.
+
+asv runs every benchmark in a process of its own; ``per_run`` lets the first
+process of a case measure it for all the case's track_* benchmarks.
+"""
+
+import contextlib
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from harness import timing
+from harness.cases.attention import ATTENTION_BASELINE, AttentionCase
+from harness.cases.layer_norm import LAYER_NORM_BASELINE, LAYER_NORM_REFERENCES, LAYER_NORM_VARIANTS, LayerNormCase
+from harness.workloads import attention_backward_workload, layer_norm_workload, warmed
+
+
+def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[str, float]]:
+    """Per variant: speedup over eager torch and torch.compile, GB/s, % of the copy peak.
+
+    Kernel times are do_bench medians (L2 flushed before every run). Under the
+    interpreter only the speedup over torch and GB/s are measured (smoke values).
+    """
+    gpu = timing.gpu_timing()
+    impls = LAYER_NORM_VARIANTS + (LAYER_NORM_REFERENCES if gpu else [LAYER_NORM_BASELINE])
+    fns = {impl: warmed(layer_norm_workload(case, impl, direction)) for impl in impls}
+    if gpu:
+        fns["copy"] = timing.copy()  # 2 * COPY_BYTES moved
+    t = timing.interleaved_ms(fns)
+    nbytes = case.bytes_moved(direction)
+    metrics = {}
+    for variant in LAYER_NORM_VARIANTS:
+        m = {
+            "speedup_vs_torch": timing.median_ratio(t[LAYER_NORM_BASELINE], t[variant]),
+            "gbps": timing.gbps(nbytes, statistics.median(t[variant])),
+        }
+        if gpu:
+            m["speedup_vs_compile"] = timing.median_ratio(t["torch_compile"], t[variant])
+            m["pct_peak"] = 100 * nbytes / (2 * timing.COPY_BYTES) * timing.median_ratio(t["copy"], t[variant])
+        metrics[variant] = m
+    return metrics
+
+
+def attention_metrics(case: AttentionCase, modes: list[str]) -> dict[str, dict[str, float]]:
+    """Per accumulation mode: TFLOP/s, % of the bf16 matmul peak and, where FA2 runs
+    (d_qk == d_v), the speedup over torch's varlen FA2 backward."""
+    fns = {mode: warmed(attention_backward_workload(case, mode)) for mode in modes}
+    with contextlib.suppress(NotImplementedError):
+        fns[ATTENTION_BASELINE] = warmed(attention_backward_workload(case, ATTENTION_BASELINE))
+    fns["matmul"], matmul_flops = timing.matmul()
+    t = timing.interleaved_ms(fns)
+    flops = case.flops_backward()
+    metrics = {}
+    for mode in modes:
+        m = {
+            "tflops": timing.tflops(flops, statistics.median(t[mode])),
+            "pct_matmul_peak": 100 * flops / matmul_flops * timing.median_ratio(t["matmul"], t[mode]),
+        }
+        if ATTENTION_BASELINE in t:
+            m["speedup_vs_fa2"] = timing.median_ratio(t[ATTENTION_BASELINE], t[mode])
+        metrics[mode] = m
+    return metrics
+
+
+def per_run(key: str, measure: Callable[[], dict]) -> dict:
+    """``measure()`` once per asv run and key.
+
+    asv gives all benchmarks of a class that defines ``setup_cache`` one working
+    directory for the run (and deletes it afterwards): the first process that
+    needs ``key`` measures it and leaves the JSON there for the others. Nothing
+    is written when measuring fails, so every benchmark of that key fails too.
+    """
+    path = Path(f"metrics-{key}.json")
+    if not path.exists():
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(measure()))
+        partial.replace(path)
+    return json.loads(path.read_text())
