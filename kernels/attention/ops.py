@@ -51,14 +51,19 @@ class Tiles:
         return max(self.block_m, self.block_n)
 
 
-# Tiles: 128 rows on two warpgroups. With dim_qk = 192 the backward steps 32 query rows at a
-# time so that K, V, double-buffered Q/dO and the float32 staging tiles fit in shared memory.
+# Tiles: 128 rows on two warpgroups. The backward keeps dK and dV of its 128 key rows in
+# registers (160 floats per thread at 192/128, 128 at 128/128), so for dim_qk >= 128 it steps
+# 32 query rows at a time with single-buffered Q/dO: compiled for sm_90a that is the only
+# 128-row tiling without register spills (64 query rows, or double buffering, spill 8-56
+# bytes per thread). harness.tune_attention times the alternatives on a GPU.
 def forward_tiles(dim_qk: int) -> Tiles:
     return Tiles(block_m=128, block_n=64 if dim_qk > 128 else 128, num_stages=2, threads=256)
 
 
 def backward_tiles(dim_qk: int) -> Tiles:
-    return Tiles(block_m=128, block_n=32 if dim_qk > 128 else 64, num_stages=2, threads=256)
+    if dim_qk >= 128:
+        return Tiles(block_m=128, block_n=32, num_stages=1, threads=256)
+    return Tiles(block_m=128, block_n=64, num_stages=2, threads=256)
 
 
 PREPROCESS_BLOCK = 64  # tokens per Delta program
@@ -100,21 +105,24 @@ def preprocess_kernel(shape: AttentionShape, arch: str) -> tilelang.JITKernel:
     )
 
 
-def backward_kernel(shape: AttentionShape, accum: str, arch: str) -> tilelang.JITKernel:
-    t = backward_tiles(shape.dim_qk)
-    return compile_kernel(
-        tk.backward_kernel, arch, **dataclasses.asdict(shape), accum=accum, **dataclasses.asdict(t), pad=t.pad
-    )
+def backward_kernel(shape: AttentionShape, accum: str, arch: str, tiles: Tiles | None = None) -> tilelang.JITKernel:
+    """The main backward kernel; ``tiles`` overrides ``backward_tiles`` (the tuner's candidates)."""
+    t = tiles or backward_tiles(shape.dim_qk)
+    config = dataclasses.asdict(shape) | dataclasses.asdict(t)
+    return compile_kernel(tk.backward_kernel, arch, **config, accum=accum, pad=t.pad, wgmma=arch.startswith("sm_90"))
 
 
-def postprocess_kernel(heads: int, dim: int, shape: AttentionShape, arch: str) -> tilelang.JITKernel:
+def postprocess_kernel(
+    heads: int, dim: int, shape: AttentionShape, arch: str, pad: int | None = None
+) -> tilelang.JITKernel:
+    """The cast out of an accumulator padded by ``pad`` rows per sequence (default: ``backward_tiles``)."""
     return compile_kernel(
         tk.backward_postprocess_kernel,
         arch,
         heads=heads,
         dim=dim,
         dtype=shape.dtype,
-        pad=backward_tiles(shape.dim_qk).pad,
+        pad=pad if pad is not None else backward_tiles(shape.dim_qk).pad,
         block=POSTPROCESS_BLOCK,
         threads=SMALL_KERNEL_THREADS,
     )
@@ -275,12 +283,13 @@ def attention_forward(
 
 def attention_backward(
     do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
-    softmax_scale=None, accum: str = "tma", out=None,
+    softmax_scale=None, accum: str = "tma", out=None, tiles: Tiles | None = None,
 ):  # fmt: skip
     """Launch preprocess (Delta), the main kernel and postprocess (casts) on validated inputs.
 
     Returns (dq, dk, dv) in q's dtype; ``out`` optionally supplies them. Needs only
-    the forward's saved o and lse, so it can be timed on its own.
+    the forward's saved o and lse, so it can be timed on its own. ``tiles`` overrides
+    the main kernel's ``backward_tiles`` (``harness.tune_attention`` sweeps them).
     """
     do, q, k, v, o, lse = (t.contiguous() for t in (do, q, k, v, o, lse))
     shape = _shape(q, k, v, causal)
@@ -289,7 +298,8 @@ def attention_backward(
     if total_q == 0 or total_k == 0:  # no query sees any key: all gradients vanish
         return dq.zero_(), dk.zero_(), dv.zero_()
     arch = _arch(q)
-    pad = backward_tiles(shape.dim_qk).pad
+    tiles = tiles or backward_tiles(shape.dim_qk)
+    pad = tiles.pad
 
     delta = torch.empty(shape.heads, total_q, dtype=torch.float32, device=q.device)
     preprocess_kernel(shape, arch)(o, do, delta)
@@ -300,13 +310,13 @@ def attention_backward(
     dq_acc = accumulator(total_q, shape.heads, shape.dim_qk)
     dk_acc = accumulator(total_k, shape.heads_kv, shape.dim_qk)
     dv_acc = accumulator(total_k, shape.heads_kv, shape.dim_v)
-    backward_kernel(shape, accum, arch)(
+    backward_kernel(shape, accum, arch, tiles)(
         q, k, v, do, lse, delta, cu_seqlens_q, cu_seqlens_k, max_seqlen_k, _scale(softmax_scale, shape.dim_qk),
         dq_acc, dk_acc, dv_acc,
     )  # fmt: skip
-    postprocess_kernel(shape.heads, shape.dim_qk, shape, arch)(dq, cu_seqlens_q, max_seqlen_q, dq_acc)
-    postprocess_kernel(shape.heads_kv, shape.dim_qk, shape, arch)(dk, cu_seqlens_k, max_seqlen_k, dk_acc)
-    postprocess_kernel(shape.heads_kv, shape.dim_v, shape, arch)(dv, cu_seqlens_k, max_seqlen_k, dv_acc)
+    postprocess_kernel(shape.heads, shape.dim_qk, shape, arch, pad)(dq, cu_seqlens_q, max_seqlen_q, dq_acc)
+    postprocess_kernel(shape.heads_kv, shape.dim_qk, shape, arch, pad)(dk, cu_seqlens_k, max_seqlen_k, dk_acc)
+    postprocess_kernel(shape.heads_kv, shape.dim_v, shape, arch, pad)(dv, cu_seqlens_k, max_seqlen_k, dv_acc)
     return dq, dk, dv
 
 

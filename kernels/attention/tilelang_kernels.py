@@ -50,6 +50,7 @@ LN2 = 0.6931471805599453
 PASS_CONFIGS = {tilelang.PassConfigKey.TL_ENABLE_FAST_MATH: True}
 
 ACCUM_DTYPE = "float32"
+FULL_ROW = T.GemmWarpPolicy.FullRow
 
 
 def accumulator_rows(total_tokens, batch: int, pad: int):
@@ -250,12 +251,14 @@ def backward_kernel(
     pad: int,
     num_stages: int,
     threads: int,
+    wgmma: bool = False,
 ):
     """dQ, dK, dV summed into padded float32 accumulators (zeroed by the caller).
 
     One program per (query head, key tile of ``block_m`` rows, sequence); it walks
     the query tiles of ``block_n`` rows that can see its keys. ``pad`` >= both
-    block sizes is the accumulators' per-sequence padding.
+    block sizes is the accumulators' per-sequence padding. ``wgmma`` (sm_90 only)
+    overlaps the two score products with the softmax through asynchronous wgmma.
     """
     accumulate = tile_accumulator(accum)
     if pad < max(block_m, block_n):
@@ -320,10 +323,15 @@ def backward_kernel(
                 n0 = q_tile * block_n
                 T.copy(Q[q_start + n0 : q_start + n0 + block_n, head, :], Q_shared)
                 T.copy(dO[q_start + n0 : q_start + n0 + block_n, head, :], dO_shared)
-                T.clear(scoresT)
-                T.gemm(K_shared, Q_shared, scoresT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                T.clear(dpT)
-                T.gemm(V_shared, dO_shared, dpT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                if wgmma:
+                    # S^T = K Q^T and dP^T = V dO^T are issued back to back without waiting
+                    # (async wgmma): the tensor cores run dP^T while the threads exponentiate S^T.
+                    T.wgmma_gemm(K_shared, Q_shared, scoresT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
+                    T.wgmma_gemm(V_shared, dO_shared, dpT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
+                    T.wait_wgmma(1)  # S^T is done; dP^T may still run
+                else:
+                    T.gemm(K_shared, Q_shared, scoresT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
+                    T.gemm(V_shared, dO_shared, dpT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
                 # LSE and Delta are read from global memory (L1-cached) by the threads that use
                 # them. Staged in shared memory they would be element copies in the producer
                 # warps, and TileLang then drops the producer/consumer register split (512
@@ -335,6 +343,8 @@ def backward_kernel(
                     visible = _visible(n0 + j, m0 + i, len_q, len_k, causal)
                     scoresT[i, j] = T.if_then_else(visible, T.exp2(scoresT[i, j] * log2_scale - lse * LOG2E), 0)
                 T.copy(scoresT, pT_cast)
+                if wgmma:
+                    T.wait_wgmma(0)  # dP^T is done
                 T.gemm(pT_cast, dO_shared, dv, policy=T.GemmWarpPolicy.FullRow)
                 for i, j in T.Parallel(block_m, block_n):
                     delta = Delta[head, q_start + T.min(n0 + j, len_q - 1)]
