@@ -1,85 +1,100 @@
 #!/usr/bin/env bash
-# A full pass on an offline GPU machine whose image already has CUDA torch and
-# triton (the self-hosted runner image, or a lent GPU): tests, accuracy table,
-# benchmarks. Packages the image lacks (TileLang, asv, nox) come from
-# .gpu-bundle/site.tar.xz, built by shared/gpu/make-bundle.sh with asv's and
-# nox's pure-Python needs (the image has pyyaml, pytest-benchmark, packaging):
+# A session on an offline GPU machine whose image already has CUDA torch and
+# triton (the self-hosted runner image, or a lent GPU): tests, sweeps, the main
+# benchmark job and the gate calibration. Packages the image lacks (TileLang,
+# asv, nox) come from .gpu-bundle/site.tar.xz, built by shared/gpu/make-bundle.sh
+# with asv's and nox's pure-Python needs (the image has pyyaml, pytest-benchmark):
 #   EXTRA="asv==0.6.6 asv_runner==0.3.2 build pyproject_hooks importlib_metadata lazy-importer zipp
 #     json5 pympler tabulate virtualenv distlib filelock platformdirs python-discovery nox==2026.10.20
 #     argcomplete attrs colorlog dependency-groups humanize" ../shared/gpu/make-bundle.sh
-# The device copy has no .git: carry a copy (cp -r .git .gitcopy; carry .gitcopy) and
-# restore it there (rm -rf .git; cp -r .gitcopy .git) before asv or the calibration run.
+# A device copy without .git gets it from a carried copy: cp -r .git .gitcopy, carry .gitcopy.
 #
-#   tools/gpu_session.sh STEP...
-#     tests        nox -s tests (interpreter run + compiled run with --require-gpu)
-#     gpu-tests    the compiled pytest run only, for images whose numpy (>= 2.4)
-#                  breaks Triton 3.6's interpreter; CPU CI runs the interpreter part
-#     accuracy     the LayerNorm error table
-#     perf-demo    pytest-benchmark: save a run, then compare a deliberately slowed
-#                  two_pass config (KERNELS_TUNED_CONFIGS) with --benchmark-compare-fail
-#     bench[=ARGS] | bench-bg[=ARGS] | wait | collect
-#
-# bench-bg starts the benchmarks detached (setsid) so a caller limited to a few
-# minutes per command can poll with `wait`. Artifacts go to $OUT (default /tmp/out).
+#   tools/gpu_session.sh STEP...       run the steps in order
+#   tools/gpu_session.sh bg STEP...    run them detached (setsid), for callers limited to a few
+#                                      minutes per command; then call `poll` until it says done
+# Steps:
+#   gpu-tests[=ARGS] the compiled pytest run with --require-gpu, JUnit XML for the gate (the image's
+#                   numpy >= 2.4 breaks Triton 3.6's interpreter; CPU CI runs the interpreter part)
+#   tune            nox -s tune: LayerNorm launch configs, raw sweep in tune.json
+#   tune-attention  the attention backward tile sweep
+#   host-overhead   per-call host cost of the LayerNorm wrapper vs eager torch
+#   perf-attention  pytest-benchmark, attention backward (nox -s perf -- -k attention)
+#   perf-demo       pytest-benchmark: save, slow two_pass (KERNELS_TUNED_CONFIGS), compare-fail
+#   accuracy        the LayerNorm error table
+#   bench[=ARGS]    nox -s bench (warm-up, asv run, publish, table, chart)
+#   calibrate=TUNE_JSON  tools/gate_calibration.sh (after bench; needs gpu-tests' JUnit XML and a tune sweep)
+#   poll            wait (up to ~9 min) for a `bg` run, print its progress
+#   collect         logs, sweeps, asv results/report/html into $OUT/session.tgz
+# Logs and artifacts go to $ART (/tmp/art), which outlives each command's $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ART=${ART:-/tmp/art}
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+mkdir -p "$ART" "$OUT"
 site=/tmp/gpu-site
 if [ ! -d "$site/tilelang" ]; then
   mkdir -p "$site" && tar -C "$site" -xJf .gpu-bundle/site.tar.xz || exit 1
 fi
+if [ ! -d .git ] && [ -d .gitcopy ]; then cp -r .gitcopy .git; fi
 export PYTHONPATH="$site:$PWD" PYTHONUNBUFFERED=1 KERNELS_REQUIRE_GPU=1
 export ASV_PYTHONPATH="$PYTHONPATH"  # asv drops PYTHONPATH from its benchmark processes
 export TILELANG_CACHE_DIR=/tmp/tilelang-cache
 nox_() { python3 -m nox --no-venv --no-install "$@"; }
+log() { tee -a "$ART/$1.log"; }
+
+if [ "${1:-}" = bg ]; then
+  shift
+  rm -f "$ART/bg.rc"
+  setsid bash -c "'$0' $* > '$ART/bg.log' 2>&1; echo \$? > '$ART/bg.rc'" < /dev/null &
+  echo "started in the background: $*"
+  exit 0
+fi
+
 status=0
 for step in "$@"; do
+  echo "=== $step $(date +%T)"
+  arg=""; [[ $step == *=* ]] && arg=${step#*=}  # STEP=ARG
   case $step in
-    tests)
-      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
-      KERNELS_JUNIT_DIR="$OUT" nox_ -s tests -- -q 2>&1 | tee "$OUT/tests.log" | grep -E "passed|failed|error|SKIPPED|^FAILED" ;
-      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
-    gpu-tests)
-      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
-      python3 -m pytest --require-gpu -q --junitxml="$OUT/compiled.xml" ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" \
+    gpu-tests|gpu-tests=*)
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | log gpu
+      python3 -m pytest --require-gpu -q -p no:cacheprovider --junitxml="$ART/compiled.xml" $arg 2>&1 \
+        | log tests \
         | grep -E "passed|failed|error|SKIPPED|^FAILED"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    tune)
+      nox_ -s tune -- --json "$ART/tune.json" 2>&1 | log tune | grep -E "best|estimate|^\[|Error"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    tune-attention)
+      python3 -m harness.tune_attention 2>&1 | log tune-attention | tail -40; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    host-overhead)
+      python3 -m harness.host_overhead 2>&1 | log host-overhead; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    perf-attention)
+      nox_ -s perf -- -k attention 2>&1 | log perf-attention | tail -30; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     perf-demo)
       k="two_pass and 4096x4096 and float32 and not bwd"
       slow=$(mktemp --suffix=.json)
       gpu=$(python3 -c "from harness.device_info import device_info; print(device_info()['gpu_class'])")
       echo "{\"$gpu\": {\"two_pass/fwd/float32/4096\": {\"block_m\": 1, \"block_n\": 32, \"num_warps\": 1}}}" > "$slow"
-      nox_ -s perf -- -k "$k" --benchmark-save=base 2>&1 | tee "$OUT/perf.log" | grep -E "Name|test_layer_norm|passed|Saved"
+      nox_ -s perf -- -k "$k" --benchmark-save=base 2>&1 | log perf-demo | grep -E "Name|test_layer_norm|passed|Saved"
       KERNELS_TUNED_CONFIGS="$slow" nox_ -s perf -- -k "$k" --benchmark-compare --benchmark-compare-fail=median:5% \
-        2>&1 | tee -a "$OUT/perf.log" | grep -E "Name|test_layer_norm|regressed|passed|failed|NOT COMPARABLE"
+        2>&1 | log perf-demo | grep -E "Name|test_layer_norm|regressed|passed|failed|NOT COMPARABLE"
       [ "${PIPESTATUS[0]}" != 0 ] || { echo "perf-demo: the slowed kernel was NOT caught"; status=1; } ;;
     accuracy)
-      nox_ -s accuracy 2>&1 | tee "$OUT/accuracy.md" | tail -5; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+      nox_ -s accuracy > "$ART/accuracy.md" 2>&1; [ $? = 0 ] || status=1; tail -3 "$ART/accuracy.md" ;;
     bench|bench=*)
-      nox_ -s bench -- ${step#bench=} 2>&1 | tee /tmp/bench.log | grep -vE "^\s+(For parameters|[0-9]+x[0-9]+)" ;
+      nox_ -s bench -- $arg 2>&1 | log bench | grep -vE "^\s+(For parameters|[0-9]+x[0-9]+)|^\[.*(warm|/)"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
-    bench-bg|bench-bg=*)
-      args=${step#bench-bg}; export BENCH_ARGS=${args#=}
-      rm -f /tmp/bench.rc
-      setsid bash -c 'set -f; python3 -m nox --no-venv --no-install -s bench -- $BENCH_ARGS > /tmp/bench.log 2>&1; echo $? > /tmp/bench.rc' &
-      echo "benchmarks started in the background" ;;
-    calibrate-bench-bg|calibrate-bench-bg=*)
-      # Gate calibration (needs the JUnit XML of gpu-tests in this command), then the benchmarks.
-      mkdir -p /tmp/junit && cp "$OUT"/*.xml /tmp/junit/
-      args=${step#calibrate-bench-bg}; export BENCH_ARGS=${args#=}
-      rm -f /tmp/bench.rc /tmp/calib.rc
-      setsid bash -c 'set -f; mkdir -p /tmp/calib-out
-        OUT=/tmp/calib-out tools/gate_calibration.sh run /tmp/junit/compiled.xml > /tmp/calib.log 2>&1; echo $? > /tmp/calib.rc
-        python3 -m nox --no-venv --no-install -s bench -- $BENCH_ARGS > /tmp/bench.log 2>&1; echo $? > /tmp/bench.rc' &
-      echo "calibration and benchmarks started in the background" ;;
-    wait)
-      for _ in $(seq 1 110); do [ -f /tmp/bench.rc ] && break; sleep 5; done
-      grep -E "^\[ *[0-9.]+%\]" /tmp/bench.log | tail -2
-      if [ -f /tmp/bench.rc ]; then sed -n '/^GPU:/,$p' /tmp/bench.log; [ "$(cat /tmp/bench.rc)" = 0 ] || status=1; else echo "still running"; fi ;;
+    calibrate=*)
+      OUT="$ART" tools/gate_calibration.sh run "$arg" "$ART/compiled.xml" 2>&1 | log calibrate
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    poll)
+      for _ in $(seq 1 108); do [ -f "$ART/bg.rc" ] && break; sleep 5; done
+      grep -E "^=== |^\[ *[0-9.]+%\]|^\[[0-9]+/[0-9]+\]" "$ART/bg.log" | tail -4
+      if [ -f "$ART/bg.rc" ]; then echo "bg done, exit $(cat "$ART/bg.rc")"; else echo "bg still running"; fi ;;
     collect)
-      cp /tmp/bench.log "$OUT/bench.log" 2>/dev/null; cp /tmp/calib.log /tmp/calib-out/*.md "$OUT/" 2>/dev/null
-      tar -czf "$OUT/asv.tgz" .asv/results .asv/report 2>/dev/null; ls -la "$OUT" ;;
+      tar -czf "$OUT/session.tgz" -C / "${ART#/}" -C "$PWD" $(ls -d .asv/results .asv/report .asv/html 2>/dev/null) \
+        $(ls kernels/layer_norm/tuned_configs.json 2>/dev/null)
+      cp .asv/report/*.png "$OUT/" 2>/dev/null; ls -la "$OUT" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
