@@ -200,7 +200,8 @@ def print_key_table(key: Key, measured: list[Measurement], ranked, default: Laun
         print(f"best vs heuristic: {heuristic / ranked[0][1]:.3f}x")
 
 
-def run(args, keys: dict[Key, list[LayerNormCase]], seed: bool, gpu: str) -> tuple[dict[str, LaunchConfig], list, list]:
+def run(args, keys: dict[Key, list[LayerNormCase]], seed: bool, gpu: str) -> tuple[dict, list, list]:
+    """({key: (best config, its geometric mean ms)}, every measurement, dropped compiles)."""
     from harness.tune_compile import CompileTask, compile_all
 
     tasks = {
@@ -233,7 +234,7 @@ def run(args, keys: dict[Key, list[LayerNormCase]], seed: bool, gpu: str) -> tup
         }
         print_seed_table(seed_measured, seed_dropped, gpu)
 
-    best: dict[str, LaunchConfig] = {}
+    best: dict[Key, tuple[LaunchConfig, float]] = {}
     timed_start = time.perf_counter()
     for i, (key, cases) in enumerate(keys.items(), 1):
         configs = [c for c in key_candidates(key) if usable(key, c)]
@@ -247,7 +248,7 @@ def run(args, keys: dict[Key, list[LayerNormCase]], seed: bool, gpu: str) -> tup
         if not ranked:
             print(f"\n{key.name}: no usable configuration; the heuristic stays")
             continue
-        best[key.name] = ranked[0][0]
+        best[key] = ranked[0]
         print_key_table(
             key, measured, ranked, heuristic_config(key.variant, key.direction, DTYPES[key.dtype], key.n), args.top
         )
@@ -259,7 +260,23 @@ def run(args, keys: dict[Key, list[LayerNormCase]], seed: bool, gpu: str) -> tup
     return best, all_measured, [(t, r) for t, r in dropped.items()]
 
 
-def write_json(path: Path, gpu_info: dict, args, best, measured, dropped) -> None:
+def auto_choices(best: dict[Key, tuple[LaunchConfig, float]]) -> dict[str, str]:
+    """``auto/...`` table entries: for each (direction, dtype, N) swept with both variants,
+    the one whose best configuration has the lower geometric-mean time."""
+    fastest: dict[tuple, tuple[float, str]] = {}
+    swept: dict[tuple, int] = {}
+    for key, (_, geomean) in best.items():
+        slot = (key.direction, key.dtype, key.n)
+        swept[slot] = swept.get(slot, 0) + 1
+        fastest[slot] = min(fastest.get(slot, (math.inf, "")), (geomean, key.variant))
+    return {
+        tuned_key("auto", direction, DTYPES[dtype], n): fastest[direction, dtype, n][1]
+        for (direction, dtype, n), count in swept.items()
+        if count > 1
+    }
+
+
+def write_json(path: Path, gpu_info: dict, args, best, auto, measured, dropped) -> None:
     def config(cfg: LaunchConfig) -> dict:
         return dataclasses.asdict(cfg)
 
@@ -270,7 +287,8 @@ def write_json(path: Path, gpu_info: dict, args, best, measured, dropped) -> Non
             "rep_ms": args.rep_ms,
             "timer": "triton.testing.do_bench median, L2 flushed",
         },
-        "best": {key: config(cfg) for key, cfg in best.items()},
+        "best": {key.name: config(cfg) for key, (cfg, _) in best.items()},
+        "auto": auto,
         "measurements": [
             {"key": m.key.name, "shape": f"{m.case.m}x{m.case.n}", "config": config(m.cfg), "ms": m.ms, "gbps": m.gbps}
             for m in measured
@@ -323,13 +341,15 @@ def main(argv=None) -> None:
     info = device_info()
     start = time.perf_counter()
     best, measured, dropped = run(args, keys, seed, info["gpu_class"])
-    print(f"\ntuned {len(best)} keys in {time.perf_counter() - start:.0f} s")
+    auto = auto_choices(best)
+    print(f"\ntuned {len(best)} keys in {time.perf_counter() - start:.0f} s; auto picks: {auto}")
     if args.json:
-        write_json(args.json, info, args, best, measured, dropped)
+        write_json(args.json, info, args, best, auto, measured, dropped)
         print(f"every measurement written to {args.json}")
     if not args.dry_run:
         path = tuned_file()
-        write_tuned_table(path, with_tuned(read_tuned_table(path), info["gpu_class"], best))
+        configs = {key.name: cfg for key, (cfg, _) in best.items()}
+        write_tuned_table(path, with_tuned(read_tuned_table(path), info["gpu_class"], configs, auto))
         print(f"best configurations kept in {path} under {info['gpu_class']}")
 
 

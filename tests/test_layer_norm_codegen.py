@@ -15,7 +15,7 @@ import torch
 from harness.cases.layer_norm import BENCH_SHAPES, DTYPES
 from harness.codegen import compile_sm90, resource_usage, sass
 from kernels.device import interpreter_mode
-from kernels.layer_norm.config import LaunchConfig, read_tuned_table, tuned_file
+from kernels.layer_norm.config import launch_entries, read_tuned_table, tuned_file
 from kernels.layer_norm.ops import backward_launch, forward_launch, select_variant
 
 pytestmark = pytest.mark.skipif(interpreter_mode(), reason="ahead-of-time compile: runs in the compiled pytest process")
@@ -51,7 +51,7 @@ def test_aligned_rows_use_128_bit_loads_and_stores(variant, direction, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize(("m", "n"), BENCH_SHAPES, ids=[f"{m}x{n}" for m, n in BENCH_SHAPES])
 def test_auto_kernels_do_not_spill_registers(m, n, dtype, direction):
-    code, usage = _compiled(select_variant("auto", n), direction, m, n, dtype)
+    code, usage = _compiled(select_variant("auto", direction, DTYPES[dtype], n, None), direction, m, n, dtype)
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0, f"spills to local memory: {usage}"
     assert not re.search(r"\b(LDL|STL)\b", code), "local-memory loads/stores in SASS"
 
@@ -68,12 +68,8 @@ def test_non_power_of_two_rows_keep_128_bit_access(variant, direction, dtype):
 
 def _tuned_entries() -> list:
     """Every (GPU class, key, config) of the tuned table: the configurations GPUs actually run."""
-    table = read_tuned_table(tuned_file())
-    return [
-        pytest.param(key, LaunchConfig(**fields), id=f"{gpu}-{key}")
-        for gpu, entries in sorted(table.items())
-        for key, fields in sorted(entries.items())
-    ]
+    entries = launch_entries(read_tuned_table(tuned_file()))
+    return [pytest.param(key, cfg, id=f"{gpu}-{key}") for gpu, key, cfg in entries]
 
 
 # Parametrized over the entries, so an empty or missing table reports an empty

@@ -15,7 +15,9 @@ from kernels.layer_norm.config import (
     LaunchConfig,
     heuristic_config,
     launch_config,
+    launch_entries,
     read_tuned_table,
+    resolve_variant,
     tuned_key,
     with_tuned,
     write_tuned_table,
@@ -33,7 +35,7 @@ def test_default_plan_covers_every_key_the_benchmarks_look_up():
     args = tune.parse_args([])
     planned = {key.name for key in tune.plan(args.variants, args.directions, args.dtypes, args.shapes)}
     looked_up = {
-        tuned_key(select_variant(variant, n), direction, DTYPES[dtype], n)
+        tuned_key(select_variant(variant, direction, DTYPES[dtype], n, None), direction, DTYPES[dtype], n)
         for m, n in BENCH_SHAPES
         for dtype in BENCH_DTYPES
         for direction in ("fwd", "bwd")
@@ -113,7 +115,7 @@ def test_merge_keeps_other_gpu_classes_and_keys(tmp_path, monkeypatch):
     }
     snapshot = json.loads(json.dumps(old))
     new_cfg = LaunchConfig(2, 4096, 16, programs_per_sm=2)
-    merged = with_tuned(old, "H200", {"fused/fwd/float32/4096": new_cfg})
+    merged = with_tuned(old, "H200", {"fused/fwd/float32/4096": new_cfg}, {"auto/bwd/float32/5000": "fused"})
     assert old == snapshot, "the table read from disk must not be changed in place"
     assert merged["H100"] == old["H100"]
     assert merged["H200"]["fused/fwd/float32/1024"] == old["H200"]["fused/fwd/float32/1024"]
@@ -128,6 +130,27 @@ def test_merge_keeps_other_gpu_classes_and_keys(tmp_path, monkeypatch):
     assert launch_config("fused", "fwd", torch.float32, 8192, "H200") == heuristic_config(
         "fused", "fwd", torch.float32, 8192
     )
+    # auto follows the table's choice per direction, and the padding rule elsewhere.
+    assert resolve_variant("auto", "bwd", torch.float32, 5000, "H200") == "fused"
+    assert resolve_variant("auto", "fwd", torch.float32, 5000, "H200") == "two_pass"
+    assert resolve_variant("auto", "bwd", torch.float32, 5000, "H100") == "two_pass"
+    assert [key for _, key, _ in launch_entries(merged)] == [
+        "fused/fwd/float32/4096",
+        "fused/fwd/float32/1024",
+        "fused/fwd/float32/4096",
+    ]
+
+
+def test_auto_picks_the_variant_with_the_faster_best_config():
+    cfg = LaunchConfig(1, 4096, 8)
+    best = {
+        tune.Key("fused", "fwd", "float32", 5000): (cfg, 0.050),
+        tune.Key("two_pass", "fwd", "float32", 5000): (cfg, 0.048),
+        tune.Key("fused", "bwd", "float32", 5000): (cfg, 0.090),
+        tune.Key("two_pass", "bwd", "float32", 5000): (cfg, 0.115),
+        tune.Key("two_pass", "fwd", "float32", 65536): (cfg, 1.0),  # fused cannot hold the row: no choice
+    }
+    assert tune.auto_choices(best) == {"auto/fwd/float32/5000": "two_pass", "auto/bwd/float32/5000": "fused"}
 
 
 def test_default_run_is_estimated_within_five_minutes_on_14_processes():

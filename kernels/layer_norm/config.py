@@ -49,11 +49,18 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 0 else 1
 
 
-def resolve_variant(variant: str, n: int) -> str:
+def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> str:
+    """The kernel one launch runs. "auto" takes the variant the tune sweep measured faster
+    for this key on this GPU class (an ``auto/...`` entry of the tuned table); without
+    one, fused unless padding N to a power of two masks off too many of its lanes.
+    Forward and backward resolve separately: both read the same saved statistics."""
     if variant not in VARIANTS:
         raise ValueError(f"layer_norm: unknown variant {variant!r}; choose one of {VARIANTS}")
     if variant != "auto":
         return variant
+    tuned = _tuned_entry(tuned_key("auto", direction, dtype, n), gpu, os.environ.get(TUNED_ENV))
+    if tuned is not None:
+        return tuned["variant"]
     padding = 1 - n / next_power_of_2(n)
     return "fused" if n <= FUSED_MAX_N and padding <= AUTO_MAX_PADDING else "two_pass"
 
@@ -92,8 +99,13 @@ def launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu:
 # (the table override) is part of the key so that changing it takes effect.
 @functools.cache
 def _launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None, tuned_env: str | None):
-    tuned = _tuned_table(tuned_file()).get(gpu or "", {}).get(tuned_key(variant, direction, dtype, n))
+    tuned = _tuned_entry(tuned_key(variant, direction, dtype, n), gpu, tuned_env)
     return LaunchConfig(**tuned) if tuned is not None else heuristic_config(variant, direction, dtype, n)
+
+
+@functools.cache
+def _tuned_entry(key: str, gpu: str | None, tuned_env: str | None) -> dict | None:
+    return _tuned_table(tuned_file()).get(gpu or "", {}).get(key)
 
 
 @functools.cache
@@ -106,12 +118,24 @@ def read_tuned_table(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def with_tuned(table: dict, gpu: str, best: dict[str, LaunchConfig]) -> dict:
-    """``table`` with ``best`` ({tuned_key: config}) filed under ``gpu``: other
-    GPU classes and this class's other keys are kept, the keys in ``best`` replaced."""
+def with_tuned(table: dict, gpu: str, best: dict[str, LaunchConfig], auto: dict[str, str]) -> dict:
+    """``table`` with ``best`` ({tuned_key: config}) and ``auto`` ({auto tuned_key: variant})
+    filed under ``gpu``: other GPU classes and this class's other keys are kept."""
     merged = {cls: dict(entries) for cls, entries in table.items()}
-    merged.setdefault(gpu, {}).update({key: dataclasses.asdict(cfg) for key, cfg in best.items()})
+    entries = merged.setdefault(gpu, {})
+    entries.update({key: dataclasses.asdict(cfg) for key, cfg in best.items()})
+    entries.update({key: {"variant": variant} for key, variant in auto.items()})
     return merged
+
+
+def launch_entries(table: dict) -> list[tuple[str, str, LaunchConfig]]:
+    """(GPU class, tuned_key, config) of every launch configuration in the table (not auto's choices)."""
+    return [
+        (gpu, key, LaunchConfig(**fields))
+        for gpu, entries in sorted(table.items())
+        for key, fields in sorted(entries.items())
+        if not key.startswith("auto/")
+    ]
 
 
 def write_tuned_table(path: Path, table: dict) -> None:

@@ -74,7 +74,8 @@ def _gpu_class_of(device_index: int) -> str:
     return gpu_class(torch.cuda.get_device_name(device_index))
 
 
-def _gpu(t: torch.Tensor) -> str | None:
+def gpu_of(t: torch.Tensor) -> str | None:
+    """The GPU class whose tuned configurations apply to tensors like ``t`` (None on the CPU)."""
     return _gpu_class_of(t.device.index or 0) if t.is_cuda else None
 
 
@@ -113,7 +114,7 @@ def forward_launch(
 ) -> Launch:
     """``cfg`` overrides the tuned/heuristic configuration (the tuner sweeps it)."""
     m, n = x2.shape
-    cfg = cfg or launch_config(variant, "fwd", x2.dtype, n, _gpu(x2))
+    cfg = cfg or launch_config(variant, "fwd", x2.dtype, n, gpu_of(x2))
     return Launch(
         kernel=_FWD_KERNELS[variant],
         grid=(cdiv(m, cfg.block_m),),
@@ -130,7 +131,7 @@ def backward_launch(
 ) -> tuple[Launch, torch.Tensor | None]:
     """The backward launch and its fp32 partial sums: [dw slab if weight, db slab if bias], each [programs, N]."""
     m, n = x2.shape
-    cfg = cfg or launch_config(variant, "bwd", x2.dtype, n, _gpu(x2))
+    cfg = cfg or launch_config(variant, "bwd", x2.dtype, n, gpu_of(x2))
     sms = sm_count(x2.device.index or 0) if x2.is_cuda else 2
     programs = max(1, min(cdiv(m, cfg.block_m), sms * cfg.programs_per_sm))
     slabs = (weight is not None) + (bias is not None)
@@ -204,9 +205,9 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
 
 
 @functools.cache  # on every call's path
-def select_variant(variant: str, n: int) -> str:
-    """Resolve "auto" and refuse rows the fused kernel cannot hold."""
-    variant = resolve_variant(variant, n)
+def select_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> str:
+    """Resolve "auto" for one direction and refuse rows the fused kernel cannot hold."""
+    variant = resolve_variant(variant, direction, dtype, n, gpu)
     if variant == "fused" and n > FUSED_MAX_N:
         raise ValueError(
             f"layer_norm: the fused kernel holds a row in registers and supports N <= {FUSED_MAX_N}, "
@@ -217,25 +218,25 @@ def select_variant(variant: str, n: int) -> str:
 
 def _forward(x, normalized_shape, weight, bias, eps, variant):
     n = _check_inputs(x, normalized_shape, weight, bias)
-    variant = select_variant(variant, n)
     x2 = _rows(x, n)
-    y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, variant)
-    return y.view(x.shape), (x2, mean, rstd, variant)
+    y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, select_variant(variant, "fwd", x.dtype, n, gpu_of(x)))
+    return y.view(x.shape), (x2, mean, rstd)
 
 
 class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, normalized_shape, weight, bias, eps, variant):
-        y, (x2, mean, rstd, variant) = _forward(x, normalized_shape, weight, bias, eps, variant)
+        y, (x2, mean, rstd) = _forward(x, normalized_shape, weight, bias, eps, variant)
         ctx.save_for_backward(x2, weight, bias, mean, rstd)
-        ctx.variant = variant
+        ctx.variant = variant  # as asked: "auto" resolves for the backward on its own
         ctx.x_shape = x.shape
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x2, weight, bias, mean, rstd = ctx.saved_tensors
-        dx, dw, db = layer_norm_bwd(_rows(dy, x2.shape[1]), x2, weight, bias, mean, rstd, ctx.variant)
+        variant = select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2))
+        dx, dw, db = layer_norm_bwd(_rows(dy, x2.shape[1]), x2, weight, bias, mean, rstd, variant)
         return dx.view(ctx.x_shape), None, dw, db, None, None
 
 
