@@ -8,8 +8,9 @@
 #        (the candidate nearest 1.25x the best), a relative regression with no floor;
 #     3. the attention backward's tma mode switched to regional atomics.
 # Commits are made in this copy of the repository only (branch calibration). HEAD's
-# results come from the main job; A' and B are benchmarked on the gated subset below,
-# in the current environment (asv's "existing"), each checked out first.
+# results come from the main job on this machine when present; A' and B (and A
+# otherwise) are benchmarked on the gated subset below, in the current environment
+# (asv's "existing"), each checked out first.
 #
 #   tools/gate_calibration.sh run TUNE_JSON JUNIT...   the whole calibration
 #   tools/gate_calibration.sh remeasure COMMIT MACHINE REGEX   (the gate's --confirm-cmd)
@@ -66,7 +67,9 @@ git add kernels/layer_norm/tuned_configs.json kernels/attention/ops.py
 commit -m "injected: two_pass below its floor, a slower fused config, tma -> region" || exit 1
 b=$(git rev-parse HEAD)
 git branch -f calibration-injected "$b"
-for c in "$a2" "$b"; do bench "$c" "$machine" "${SUBSET[@]}" || echo "asv run for ${c:0:8} exited non-zero"; done
+todo=("$a2" "$b")  # A's results come from the main job on this machine, or are measured here first
+ls ".asv/results/$machine/${a:0:8}-"*.json > /dev/null 2>&1 || todo=("$a" "${todo[@]}")
+for c in "${todo[@]}"; do bench "$c" "$machine" "${SUBSET[@]}" || echo "asv run for ${c:0:8} exited non-zero"; done
 git checkout -q calibration-injected
 confirm="tools/gate_calibration.sh remeasure {commit} {machine} {regex}"
 selection=(); for ((i = 1; i < ${#SUBSET[@]}; i += 2)); do selection+=(--bench "${SUBSET[i]}"); done
