@@ -18,9 +18,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 SUBSET=(
-  -b "LayerNorm\.time_layer_norm\('[0-9x]+', 'float32', 'fwd'"
-  -b "LayerNormMetrics\.track_speedup_vs_torch\('[0-9x]+', 'float32', 'fwd'"
-  -b "AttentionBackward"
+  -b "LayerNorm\.time_layer_norm\('(4096x4096|4096x5000|8192x8192)', 'float32', 'fwd', '(fused|two_pass|auto|torch)'\)"
+  -b "LayerNormMetrics\.track_speedup_vs_torch\('(4096x4096|4096x5000)', 'float32', 'fwd', '(two_pass|auto)'\)"
+  -b "AttentionBackward\.time_backward\('seed-gqa-192-128-causal', '(tma|region|elem)'\)"
 )
 
 bench() {  # COMMIT MACHINE ASV_ARGS...

@@ -36,7 +36,8 @@ site=/tmp/gpu-site
 if [ ! -d "$site/tilelang" ]; then
   mkdir -p "$site" && tar -C "$site" -xJf .gpu-bundle/site.tar.xz || exit 1
 fi
-if [ ! -d .git ] && [ -d .gitcopy ]; then cp -r .gitcopy .git; fi
+# The carried .git, once per machine (a device copy may hold a stale one).
+if [ -d .gitcopy ] && [ ! -f /tmp/git-restored ]; then rm -rf .git && cp -r .gitcopy .git && touch /tmp/git-restored; fi
 export PYTHONPATH="$site:$PWD" PYTHONUNBUFFERED=1 KERNELS_REQUIRE_GPU=1
 export ASV_PYTHONPATH="$PYTHONPATH"  # asv drops PYTHONPATH from its benchmark processes
 export TILELANG_CACHE_DIR=/tmp/tilelang-cache
