@@ -113,28 +113,31 @@ def _baseline_speedup(row: dict) -> float:
 
 
 def chart(rows: list[dict], title: str, path: Path) -> None:
-    """Speedup over torch and % of copy peak per case, one bar per kernel."""
+    """Speedup over the baseline and % of the measured peak per case: horizontal bars,
+    one per kernel of the case's family (LayerNorm variants, attention modes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cases = sorted({r["case"] for r in rows})
+    cases = sorted({r["case"] for r in rows}, reverse=True)  # top to bottom in reading order
     kernels = sorted({r["kernel"] for r in rows})
-    fig, axes = plt.subplots(2, 1, figsize=(max(10, 0.45 * len(cases) * len(kernels) / 2), 9), sharex=True)
-    width = 0.8 / max(1, len(kernels))
-    for i, kernel in enumerate(kernels):
-        by_case = {r["case"]: r for r in rows if r["kernel"] == kernel}
-        xs = [c + i * width for c in range(len(cases))]
-        speedups = [_baseline_speedup(by_case.get(c) or {}) for c in cases]
-        axes[0].bar(xs, speedups, width, label=kernel)
-        axes[1].bar(xs, [(by_case.get(c) or {}).get("pct_peak") or 0 for c in cases], width, label=kernel)
-    axes[0].axhline(1.0, color="k", lw=0.8)
-    axes[0].set_ylabel("speedup over baseline (x)\n(eager torch; FA2 for attention)")
-    axes[1].set_ylabel("% of measured peak\n(copy; bf16 matmul for attention)")
-    axes[1].set_xticks([c + 0.4 - width / 2 for c in range(len(cases))], cases, rotation=75, ha="right", fontsize=7)
-    axes[0].legend(fontsize=8)
-    axes[0].set_title(title)
+    slots = max(len({r["kernel"] for r in rows if r["case"] == c}) for c in cases)
+    height = 0.8 / slots
+    fig, axes = plt.subplots(1, 2, figsize=(14, max(6, 0.16 * slots * len(cases))), sharey=True)
+    colors = dict(zip(kernels, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3, strict=False))
+    for y, case in enumerate(cases):
+        for i, row in enumerate(r for r in rows if r["case"] == case):
+            kw = dict(height=height, color=colors[row["kernel"]], label=row["kernel"])
+            axes[0].barh(y + i * height, _baseline_speedup(row), **kw)
+            axes[1].barh(y + i * height, row.get("pct_peak") or 0, **kw)
+    axes[0].axvline(1.0, color="k", lw=0.8)
+    axes[0].set_xlabel("speedup over baseline (x): eager torch; FA2 for attention")
+    axes[1].set_xlabel("% of measured peak: copy bandwidth; bf16 matmul for attention")
+    axes[0].set_yticks([y + 0.4 - height / 2 for y in range(len(cases))], cases, fontsize=7)
+    by_label = dict(zip(*reversed(axes[1].get_legend_handles_labels()), strict=True))  # one entry per kernel
+    axes[1].legend(by_label.values(), by_label.keys(), fontsize=8, loc="lower right")
+    fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
