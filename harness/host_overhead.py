@@ -22,7 +22,7 @@ import torch
 
 from harness import timing
 from harness.cases.layer_norm import BENCH_SHAPES, bench_case
-from harness.workloads import layer_norm_workload
+from harness.workloads import layer_norm_workload, warmed
 
 IMPLS = ["torch", "fused", "two_pass", "auto"]
 DIRECTIONS = ["fwd", "fwd+bwd"]
@@ -63,8 +63,7 @@ def main(argv=None) -> None:
         case = bench_case(args.shape, dtype)
         for direction in DIRECTIONS:
             for impl in IMPLS:
-                fn = layer_norm_workload(case, impl, direction)
-                fn()  # compile before timing
+                fn = warmed(layer_norm_workload(case, impl, direction))
                 host, wall = host_and_wall_us(fn, args.calls, args.repeats)
                 device = timing.median_ms(fn) * 1e3
                 cells = f"{host:.1f} | {wall:.1f} | {device:.1f} | {host / device:.2f}"

@@ -20,8 +20,9 @@ import tempfile
 
 import torch
 
-from harness.cases.attention import BENCH_CONFIGS, AttentionCase
+from harness.cases.attention import BENCH_CONFIGS, AttentionCase, rel_l2
 from harness.parallel import default_jobs, in_worker_processes
+from harness.workloads import attention_shape
 
 # (dim_qk, dim_v) -> (block_m, block_n, num_stages, threads) besides the default, compiled
 # offline for sm_90a (all fit shared memory); spill bytes per thread in the comments. The
@@ -41,12 +42,6 @@ CANDIDATES = {
 MODES = ("tma", "region", "elem")
 
 
-def shape_of(case: AttentionCase):
-    from kernels.attention import ops
-
-    return ops.AttentionShape(case.heads, case.heads_kv, case.dim_qk, case.dim_v, case.dtype, case.causal)
-
-
 def candidates(case: AttentionCase) -> list:
     from kernels.attention import ops
 
@@ -61,7 +56,7 @@ def compile_one(job) -> str:
     from kernels.attention import ops
 
     case = BENCH_CONFIGS[name]
-    shape = shape_of(case)
+    shape = attention_shape(case)
     ops.backward_kernel(shape, accum, arch, tiles)
     for heads, dim in ((case.heads, case.dim_qk), (case.heads_kv, case.dim_qk), (case.heads_kv, case.dim_v)):
         ops.postprocess_kernel(heads, dim, shape, arch, tiles.pad)
@@ -77,10 +72,6 @@ def compile_all(names: list[str], arch: str, jobs: int) -> None:
         if err is not None:
             raise SystemExit(f"compile failed: {err!r}")
         print(f"  compiled {done}", flush=True)
-
-
-def rel_l2(got: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30)).item()
 
 
 def sweep(name: str) -> None:

@@ -79,6 +79,13 @@ def layer_norm_workload(case: LayerNormCase, impl: str, direction: str, rotate: 
     return forward_backward if backward else forward
 
 
+def attention_shape(case):
+    """The compiled-kernel shape of an attention case (what kernels.attention.ops caches kernels by)."""
+    from kernels.attention.ops import AttentionShape
+
+    return AttentionShape(case.heads, case.heads_kv, case.dim_qk, case.dim_v, case.dtype, case.causal)
+
+
 def attention_backward_workload(case, impl: str) -> Callable[[], object]:
     """The backward of one attention case, on saved forward outputs.
 

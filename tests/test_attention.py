@@ -14,7 +14,7 @@ import re
 import pytest
 import torch
 
-from harness.cases.attention import CORRECTNESS_CASES, AttentionCase
+from harness.cases.attention import CORRECTNESS_CASES, AttentionCase, rel_l2
 from kernels.attention import ACCUM_MODES, flash_attn_varlen_func
 from kernels.attention.ops import (
     TMA_MIN_CAPABILITY,
@@ -26,14 +26,6 @@ from kernels.attention.ops import (
 from kernels.attention.reference import attention_varlen_ref
 
 CASE_IDS = [c.name for c in CORRECTNESS_CASES]
-
-
-def rel_l2(got: torch.Tensor, ref: torch.Tensor) -> float:
-    """||got - ref|| / ||ref|| in float64; inf if got has a NaN (an unwritten, poisoned element)."""
-    got, ref = got.double(), ref.double()
-    if torch.isnan(got).any():
-        return math.inf
-    return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def check_close(name: str, got: torch.Tensor, ref: torch.Tensor, tol: float) -> None:

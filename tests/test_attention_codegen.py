@@ -26,6 +26,7 @@ import triton
 from tilelang.cuda.backend import tilelang_callback_cuda_compile
 
 from harness.cases.attention import CODEGEN_CASES, AttentionCase
+from harness.workloads import attention_shape
 from kernels.attention import ACCUM_MODES, flash_attn_varlen_func, ops
 from kernels.device import interpreter_mode
 
@@ -63,10 +64,6 @@ def count(found: collections.Counter, pattern: str) -> int:
     return sum(n for op, n in found.items() if re.fullmatch(pattern, op))
 
 
-def shape_of(case: AttentionCase) -> ops.AttentionShape:
-    return ops.AttentionShape(case.heads, case.heads_kv, case.dim_qk, case.dim_v, case.dtype, case.causal)
-
-
 def accumulated_per_thread(case: AttentionCase) -> int:
     """Floats one compute thread adds: its share of a dQ tile and of the final dK and dV tiles."""
     t = ops.backward_tiles(case.dim_qk)
@@ -79,7 +76,7 @@ CASE_IDS = [c.name for c in CODEGEN_CASES]
 @pytest.mark.parametrize("accum", ACCUM_MODES)
 @pytest.mark.parametrize("case", CODEGEN_CASES, ids=CASE_IDS)
 def test_backward_accumulates_with_the_mode_instructions(case, accum):
-    kernel = ops.backward_kernel(shape_of(case), accum, ARCH)
+    kernel = ops.backward_kernel(attention_shape(case), accum, ARCH)
     source, found = kernel.get_kernel_source(), reductions(sass_of(kernel))
     per_thread = accumulated_per_thread(case)
     scalar, x2, x4 = (count(found, rf"REDG\.E\.ADD\.F32{w}\..*") for w in ("", "x2", "x4"))
@@ -105,7 +102,7 @@ def test_backward_accumulates_with_the_mode_instructions(case, accum):
 def test_backward_keeps_its_accumulators_in_registers(case, accum):
     """No register spills in the default backward tiles (region still spills the addresses of
     its vector atomics at 192/128, so it is not held to this)."""
-    sass = sass_of(ops.backward_kernel(shape_of(case), accum, ARCH))
+    sass = sass_of(ops.backward_kernel(attention_shape(case), accum, ARCH))
     assert re.search(r"\bSTL\b", sass) is None, "no register spills"
 
 
@@ -115,7 +112,7 @@ def test_default_accumulation_is_the_tma_reduction():
 
 @pytest.mark.parametrize("case", CODEGEN_CASES, ids=CASE_IDS)
 def test_forward_runs_on_wgmma_without_atomics(case):
-    kernel = ops.forward_kernel(shape_of(case), ARCH)
+    kernel = ops.forward_kernel(attention_shape(case), ARCH)
     sass = sass_of(kernel)
     assert re.search(r"\bHGMMA\.", sass), "sm_90a tensor-core MMAs (wgmma)"
     assert not reductions(sass), "the forward owns its output rows"
@@ -124,7 +121,7 @@ def test_forward_runs_on_wgmma_without_atomics(case):
 
 @pytest.mark.parametrize("case", CODEGEN_CASES[:1], ids=CASE_IDS[:1])
 def test_backward_pre_and_postprocess_compile_without_atomics(case):
-    shape = shape_of(case)
+    shape = attention_shape(case)
     kernels = [ops.preprocess_kernel(shape, ARCH)] + [
         ops.postprocess_kernel(heads, dim, shape, ARCH)
         for heads, dim in ((case.heads, case.dim_qk), (case.heads_kv, case.dim_qk), (case.heads_kv, case.dim_v))
@@ -135,7 +132,7 @@ def test_backward_pre_and_postprocess_compile_without_atomics(case):
 
 
 def test_a_second_request_reuses_the_compiled_kernel():
-    shape = shape_of(CODEGEN_CASES[0])
+    shape = attention_shape(CODEGEN_CASES[0])
     first = ops.preprocess_kernel(shape, ARCH)
     hits = ops.compile_kernel.cache_info().hits
     assert ops.preprocess_kernel(shape, ARCH) is first

@@ -6,6 +6,7 @@ every machine; the tensor values are fresh on every run.
 """
 
 import dataclasses
+import math
 
 import torch
 
@@ -20,6 +21,14 @@ REL_L2_TOLERANCES = {"float16": 2e-3, "bfloat16": 1e-2}
 # LSE is float32 math on exact products (MMA accumulates in fp32) plus ex2/lg2.approx
 # (2**-22 relative): 1e-4 whatever the input dtype.
 LSE_REL_L2_TOLERANCE = 1e-4
+
+
+def rel_l2(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """||got - ref|| / ||ref|| in float64; inf if got has a NaN (an unwritten, poisoned element)."""
+    got, ref = got.double(), ref.double()
+    if torch.isnan(got).any():
+        return math.inf
+    return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 @dataclasses.dataclass(frozen=True)
