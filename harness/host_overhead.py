@@ -4,44 +4,25 @@ path matters most).
 
 Per call, for each implementation:
 
-* host us: Python time to enqueue ``--calls`` calls back to back (no sync
-  inside; the GPU queue is deep enough that the loop does not wait for it);
-* wall us: the same loop until the device has finished, i.e. launch
-  throughput: max(host, device) per call when the two overlap;
-* device us: ``harness.timing.median_ms`` (CUDA events, L2 flushed per run).
+* host us, wall us: ``harness.timing.enqueue_us`` over ``--calls`` calls back to
+  back: the host's time to enqueue them, and the time until the device is done;
+* device us: the call replayed from a CUDA graph (``harness.workloads.in_cuda_graphs``),
+  ``harness.timing.median_ms`` (CUDA events, L2 flushed per run), as the suite measures kernels.
 
-Where host us exceeds device us, the call is launch-bound: back-to-back calls
-(asv's ``time_*``) see the host cost, not the kernel.
+Where host us exceeds device us, an eager caller is launch-bound: back-to-back
+calls wait for the host, not the kernel.
 """
 
 import argparse
-import statistics
-import time
 
 import torch
 
 from harness import timing
 from harness.cases.layer_norm import BENCH_SHAPES, bench_case
-from harness.workloads import layer_norm_workload, warmed
+from harness.workloads import in_cuda_graphs, layer_norm_workload, warmed
 
 IMPLS = ["torch", "fused", "two_pass", "auto"]
 DIRECTIONS = ["fwd", "fwd+bwd"]
-
-
-def host_and_wall_us(fn, calls: int, repeats: int) -> tuple[float, float]:
-    """Median over ``repeats`` of (enqueue time, time to finish) per call, in us."""
-    host, wall = [], []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        enqueued = time.perf_counter()
-        torch.cuda.synchronize()
-        done = time.perf_counter()
-        host.append((enqueued - start) / calls * 1e6)
-        wall.append((done - start) / calls * 1e6)
-    return statistics.median(host), statistics.median(wall)
 
 
 def main(argv=None) -> None:
@@ -64,8 +45,8 @@ def main(argv=None) -> None:
         for direction in DIRECTIONS:
             for impl in IMPLS:
                 fn = warmed(layer_norm_workload(case, impl, direction))
-                host, wall = host_and_wall_us(fn, args.calls, args.repeats)
-                device = timing.median_ms(fn) * 1e3
+                host, wall = timing.enqueue_us(fn, args.calls, args.repeats)
+                device = timing.median_ms(in_cuda_graphs(fn)) * 1e3
                 cells = f"{host:.1f} | {wall:.1f} | {device:.1f} | {host / device:.2f}"
                 print(f"| {case.name} | {direction} | {impl} | {cells} |", flush=True)
 

@@ -1,7 +1,8 @@
 """The summary of one asv run that ``nox -s bench`` prints: kernel, case,
 time, speedup over torch (and torch.compile; FA2 for attention), GB/s or
 TFLOP/s and % of the device's measured peak (copy bandwidth for LayerNorm,
-bf16 matmul for attention), plus a PNG chart of speedup and % of peak per case.
+bf16 matmul for attention), the host cost of an eager LayerNorm call, plus a
+PNG chart of speedup and % of peak per case.
 
 ``python -m harness.report --machine M --commit C`` reads ``.asv/results``.
 """
@@ -61,6 +62,7 @@ def layer_norm_rows(values: dict) -> list[dict]:
                 "speedup_compile": _value(values, f"{LN_METRICS}.track_speedup_vs_compile", key),
                 "gbps": _value(values, f"{LN_METRICS}.track_gbps", key),
                 "pct_peak": _value(values, f"{LN_METRICS}.track_pct_peak", key),
+                "host_us": _value(values, f"{LN_METRICS}.track_host_us", key),
             }
         )
     order = {v: i for i, v in enumerate(LAYER_NORM_VARIANTS)}
@@ -96,6 +98,7 @@ COLUMNS = [
     ("gbps", "GB/s", "{:.0f}"),
     ("tflops", "TFLOP/s", "{:.0f}"),
     ("pct_peak", "% peak", "{:.1f}"),
+    ("host_us", "host (us)", "{:.1f}"),
 ]
 
 

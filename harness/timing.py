@@ -1,7 +1,9 @@
 """GPU timing shared by the asv suite, pytest-benchmark, the tuner and the gate.
 
 * Kernel times are medians of CUDA-event timings by ``triton.testing.do_bench``
-  after warm-up, with L2 flushed before every run.
+  after warm-up, with L2 flushed before every run. Callers that must not time
+  the host's launch path replay the call from a CUDA graph
+  (``harness.workloads.in_cuda_graphs``); ``enqueue_us`` times that path itself.
 * Ratios (kernel vs baseline, kernel vs copy) are measured interleaved in
   one process: round after round alternates the two, so clock and thermal
   drift hit both alike; the ratio reported is the median of per-round ratios.
@@ -110,6 +112,28 @@ def gbps(nbytes: int, ms: float) -> float:
 
 def tflops(flops: float, ms: float) -> float:
     return flops / ms / 1e9
+
+
+def enqueue_us(fn: Callable[[], object], calls: int = 100, repeats: int = 20) -> tuple[float, float]:
+    """Per call, in us, medians over ``repeats`` loops of ``calls`` back-to-back calls:
+    (host time to enqueue them, time until the device has finished them).
+
+    The first is what an eager caller pays on the CPU (Python, checks, launches);
+    the second is launch throughput, max(host, device) when the two overlap. Keep
+    ``calls`` small enough that the launch queue never fills and blocks the host.
+    """
+    host, wall = [], []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        enqueued = time.perf_counter()
+        sync()
+        done = time.perf_counter()
+        host.append((enqueued - start) / calls * 1e6)
+        wall.append((done - start) / calls * 1e6)
+    return statistics.median(host), statistics.median(wall)
 
 
 def device_clock() -> float:

@@ -22,6 +22,33 @@ def warmed(fn: Callable[[], object]) -> Callable[[], object]:
     return fn
 
 
+def in_cuda_graphs(fn: Callable[[], object], graphs: int = 1) -> Callable[[], None]:
+    """``fn`` captured into ``graphs`` CUDA graphs of one call each, replayed in turn.
+
+    A replay costs the host one launch however many kernels the call runs, so
+    back-to-back replays keep the GPU busy and time the device, not Python and
+    the launch path (``harness.timing.enqueue_us`` measures those). Each capture
+    calls ``fn`` once: a workload that rotates input sets captures the next set
+    in each graph. Without a GPU (interpreter smoke runs), ``fn`` itself.
+    """
+    if not torch.cuda.is_available():
+        return fn
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # torch's recipe: a few calls on a side stream before capturing
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    captured = []
+    for _ in range(graphs):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        captured.append(graph)
+    cycle = itertools.cycle(captured)
+    return lambda: next(cycle).replay()
+
+
 def bench_device() -> torch.device:
     """The GPU, or the CPU for interpreter smoke runs."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -77,6 +104,14 @@ def layer_norm_workload(case: LayerNormCase, impl: str, direction: str, rotate: 
         return torch.autograd.grad(run_impl(x, w, b, case.eps), (x, w, b), dy)
 
     return forward_backward if backward else forward
+
+
+def timed_layer_norm(case: LayerNormCase, impl: str, direction: str) -> Callable[[], None]:
+    """What the time_* benchmarks (asv, pytest-benchmark) call back to back: one
+    ``layer_norm_workload`` call replayed from a CUDA graph, on rotated input sets
+    (back-to-back calls leave no room for an L2 flush)."""
+    rotate = rotations(case.bytes_moved(direction))
+    return in_cuda_graphs(warmed(layer_norm_workload(case, impl, direction, rotate)), rotate)
 
 
 def attention_shape(case):

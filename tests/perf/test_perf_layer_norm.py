@@ -1,7 +1,8 @@
 """LayerNorm under pytest-benchmark: every case of harness.cases.layer_norm,
 the Triton variants beside eager PyTorch and torch.compile, one group per case.
 
-The asv twin is benchmarks/bench_layer_norm.py; both time layer_norm_workload.
+The asv twin is benchmarks/bench_layer_norm.py; both time timed_layer_norm
+(the call replayed from CUDA graphs: device time, not the launch path).
 """
 
 import pytest
@@ -16,7 +17,7 @@ from harness.cases.layer_norm import (
     bench_case,
     shape_names,
 )
-from harness.workloads import layer_norm_workload, rotations, sized_for_device, warmed
+from harness.workloads import in_cuda_graphs, layer_norm_workload, sized_for_device, timed_layer_norm, warmed
 
 pytestmark = [
     # Device time: the clock is read after a device sync. Warm-up rounds (GPU clocks, caches)
@@ -37,10 +38,9 @@ def test_layer_norm(benchmark, record_perf, shape, dtype, direction, impl):
     benchmark.group = f"layer_norm {table_case.name} {direction}"  # named by the table's case, not its smoke size
     case = sized_for_device(table_case)
     nbytes = case.bytes_moved(direction)
-    # Rotated input sets: the timer cannot flush L2 between iterations.
-    fn = warmed(layer_norm_workload(case, impl, direction, rotations(nbytes)))
+    fn = timed_layer_norm(case, impl, direction)
     benchmark(fn)
     baseline = None
     if impl != LAYER_NORM_BASELINE:
-        baseline = warmed(layer_norm_workload(case, LAYER_NORM_BASELINE, direction))
+        baseline = in_cuda_graphs(warmed(layer_norm_workload(case, LAYER_NORM_BASELINE, direction)))
     record_perf(fn, nbytes=nbytes, baseline=baseline)
