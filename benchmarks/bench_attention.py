@@ -1,8 +1,8 @@
 """GQA varlen attention backward: the three dQ/dK/dV accumulation modes
 against torch's varlen_attn (FA2) and cuDNN SDPA.
 
-Only the backward is timed: preprocess (Delta) + main kernel + postprocess,
-on saved forward outputs; our kernels work on the packed varlen batch (no
+Only the backward is timed, back to back (timing.sample_clock): preprocess
+(Delta) + main kernel + postprocess, on saved forward outputs; our kernels work on the packed varlen batch (no
 pad/unpad), cuDNN on the batch padded to its longest sequence. Cases come
 from harness.cases.attention. TileLang has no interpreter: without a GPU
 every benchmark here is skipped.
@@ -25,7 +25,7 @@ def _require_gpu():
 class AttentionBackward:
     params = [list(BENCH_CONFIGS), [*ACCUM_MODES, *ATTENTION_REFERENCES]]
     param_names = ["config", "impl"]
-    timer = staticmethod(timing.device_clock)
+    timer = staticmethod(timing.sample_clock)  # per call of a back-to-back sample
     rounds = 1
     repeat = (10, 20, 2.0)
     timeout = 600
@@ -33,10 +33,10 @@ class AttentionBackward:
     def setup(self, config, impl):
         _require_gpu()
         # Each backward reads and writes ~100 MB or more: far past L2, no rotation needed.
-        self.fn = warmed(attention_backward_workload(BENCH_CONFIGS[config], impl))
+        self.sample = timing.back_to_back(warmed(attention_backward_workload(BENCH_CONFIGS[config], impl)))
 
     def time_backward(self, config, impl):
-        self.fn()
+        self.sample()
 
 
 class AttentionBackwardMetrics:

@@ -1,8 +1,8 @@
 """LayerNorm: Triton kernels against eager PyTorch and torch.compile.
 
-``LayerNorm.time_layer_norm`` is the device time of one call: asv times
-back-to-back replays of the call captured in CUDA graphs (rotated inputs,
-device-synchronizing timer), so the host's launch path, which varies between
+``LayerNorm.time_layer_norm`` is the device time of one call: each asv sample
+replays the call, captured in CUDA graphs on rotated inputs, 50 times back to
+back (timing.sample_clock), so the host's launch path, which varies between
 processes far more than the kernels do, stays out of the samples the gate
 compares. ``LayerNormMetrics`` tracks what the gate and the history need,
 measured interleaved in one process per case (harness.metrics): speedups over
@@ -29,7 +29,7 @@ from harness.workloads import sized_for_device, timed_layer_norm
 class LayerNorm:
     params = [shape_names(), BENCH_DTYPES, BENCH_DIRECTIONS, LAYER_NORM_VARIANTS + LAYER_NORM_REFERENCES]
     param_names = ["shape", "dtype", "direction", "impl"]
-    timer = staticmethod(timing.device_clock)  # reads the clock once the device is idle
+    timer = staticmethod(timing.sample_clock)  # per call of a back-to-back sample
     rounds = 1
     repeat = (10, 20, 1.0)  # (min samples, max samples, seconds): the gate tests on these samples
     timeout = 600  # a cold torch.compile can take minutes
@@ -37,10 +37,10 @@ class LayerNorm:
     def setup(self, shape, dtype, direction, impl):
         if impl == "torch_compile" and not timing.gpu_timing():
             raise NotImplementedError("torch.compile is a GPU reference; not run in interpreter smoke mode")
-        self.fn = timed_layer_norm(sized_for_device(bench_case(shape, dtype)), impl, direction)
+        self.sample = timing.back_to_back(timed_layer_norm(sized_for_device(bench_case(shape, dtype)), impl, direction))
 
     def time_layer_norm(self, shape, dtype, direction, impl):
-        self.fn()
+        self.sample()
 
 
 class LayerNormMetrics:

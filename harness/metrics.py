@@ -4,8 +4,13 @@ so clock and thermal drift cancel in each ratio.
 
 asv runs every benchmark in a process of its own; ``per_run`` lets the first
 process of a case measure it for all the case's track_* benchmarks.
+
+``python -m harness.metrics`` measures the LayerNorm cases in one process and
+prints the table ``nox -s bench`` would (no time_* column, no history): the
+same numbers in minutes rather than the full asv run.
 """
 
+import argparse
 import contextlib
 import json
 import statistics
@@ -14,7 +19,16 @@ from pathlib import Path
 
 from harness import timing
 from harness.cases.attention import ATTENTION_BASELINE, AttentionCase
-from harness.cases.layer_norm import LAYER_NORM_BASELINE, LAYER_NORM_REFERENCES, LAYER_NORM_VARIANTS, LayerNormCase
+from harness.cases.layer_norm import (
+    BENCH_DIRECTIONS,
+    BENCH_DTYPES,
+    LAYER_NORM_BASELINE,
+    LAYER_NORM_REFERENCES,
+    LAYER_NORM_VARIANTS,
+    LayerNormCase,
+    bench_case,
+    shape_names,
+)
 from harness.workloads import attention_backward_workload, in_cuda_graphs, layer_norm_workload, warmed
 
 
@@ -86,3 +100,33 @@ def per_run(key: str, measure: Callable[[], dict]) -> dict:
         partial.write_text(json.dumps(measure()))
         partial.replace(path)
     return json.loads(path.read_text())
+
+
+def main(argv=None) -> None:
+    from harness.report import markdown_table
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="+", default=shape_names())
+    parser.add_argument("--dtypes", nargs="+", default=BENCH_DTYPES)
+    parser.add_argument("--directions", nargs="+", default=BENCH_DIRECTIONS)
+    args = parser.parse_args(argv)
+    if not timing.gpu_timing():
+        raise SystemExit("harness.metrics measures on a GPU; none is visible (the asv smoke run covers the CPU)")
+    import torch
+
+    print(f"{torch.cuda.get_device_name(0)}: copy peak {timing.copy_peak_gbps():.0f} GB/s\n", flush=True)
+    rows = []
+    for shape in args.shapes:
+        for dtype in args.dtypes:
+            case = bench_case(shape, dtype)
+            for direction in args.directions:
+                for variant, m in layer_norm_metrics(case, direction).items():
+                    rows.append({"kernel": f"layer_norm/{variant}", "case": f"{shape} {dtype} {direction}",
+                                 "speedup_torch": m["speedup_vs_torch"], "speedup_compile": m["speedup_vs_compile"],
+                                 "gbps": m["gbps"], "pct_peak": m["pct_peak"], "host_us": m["host_us"]})  # fmt: skip
+                print(f"measured {case.name} {direction}", flush=True)
+    print(markdown_table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,7 @@
 #   tune            nox -s tune: LayerNorm launch configs, raw sweep in tune.json
 #   tune-attention  the attention backward tile sweep
 #   host-overhead   per-call host cost of the LayerNorm wrapper vs eager torch
+#   metrics[=ARGS]  python -m harness.metrics: every LayerNorm case's asv metrics, in minutes
 #   perf-attention  pytest-benchmark, attention backward (nox -s perf -- -k attention)
 #   perf-demo       pytest-benchmark: save, slow two_pass (KERNELS_TUNED_CONFIGS), compare-fail
 #   accuracy        the LayerNorm error table
@@ -71,6 +72,8 @@ for step in "$@"; do
       python3 -m harness.tune_attention 2>&1 | log tune-attention | tail -40; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     host-overhead)
       python3 -m harness.host_overhead 2>&1 | log host-overhead; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    metrics|metrics=*)
+      python3 -m harness.metrics $arg 2>&1 | log metrics | grep -vE "^measured"; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     perf-attention)
       nox_ -s perf -- -k attention 2>&1 | log perf-attention | tail -30; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     perf-demo)
