@@ -61,6 +61,10 @@ def sized_for_device(case: LayerNormCase) -> LayerNormCase:
 
 @functools.cache
 def _compiled_layer_norm():
+    # One process may build every case (python -m harness.metrics, warm-up workers): one
+    # specialization per shape, dtype and grad mode. Past dynamo's default limit of 8 it
+    # would silently run eager torch under the torch_compile name.
+    torch._dynamo.config.recompile_limit = 256
     return torch.compile(torch.nn.functional.layer_norm, dynamic=False)
 
 

@@ -25,12 +25,15 @@ SUBSET=(
 
 bench() {  # COMMIT MACHINE ASV_ARGS...
   local commit=$1 machine=$2; shift 2
-  git checkout -q "$commit" && python3 -m asv run -E "existing:$(command -v python3)" --launch-method forkserver \
+  # -f: measure exactly the commit's tree, whatever a previous step left in the work tree
+  # (seen once on a lent H200: the injected files reported as locally modified)
+  git status --short --untracked-files=no | sed 's/^/dirty before checkout: /'
+  git checkout -q -f "$commit" && python3 -m asv run -E "existing:$(command -v python3)" --launch-method forkserver \
     --machine "$machine" --set-commit-hash "$commit" --record-samples "$@" > "$OUT/asv-${commit:0:8}.log" 2>&1
 }
 
 case ${1:-} in
-  remeasure) bench "$2" "$3" --append-samples -b "$4"; status=$?; git checkout -q calibration-injected; exit $status ;;
+  remeasure) bench "$2" "$3" --append-samples -b "$4"; status=$?; git checkout -q -f calibration-injected; exit $status ;;
   run) shift; tune_json=$1; shift ;;
   *) echo "usage: $0 run TUNE_JSON JUNIT... | remeasure COMMIT MACHINE REGEX"; exit 2 ;;
 esac
@@ -70,7 +73,7 @@ git branch -f calibration-injected "$b"
 todo=("$a2" "$b")  # A's results come from the main job on this machine, or are measured here first
 ls ".asv/results/$machine/${a:0:8}-"*.json > /dev/null 2>&1 || todo=("$a" "${todo[@]}")
 for c in "${todo[@]}"; do bench "$c" "$machine" "${SUBSET[@]}" || echo "asv run for ${c:0:8} exited non-zero"; done
-git checkout -q calibration-injected
+git checkout -q -f calibration-injected
 confirm="tools/gate_calibration.sh remeasure {commit} {machine} {regex}"
 selection=(); for ((i = 1; i < ${#SUBSET[@]}; i += 2)); do selection+=(--bench "${SUBSET[i]}"); done
 for pair in "A-A $a $a2" "injected $a $b"; do
@@ -80,4 +83,4 @@ for pair in "A-A $a $a2" "injected $a $b"; do
     --out "$OUT/gate-$1" --confirm-cmd "$confirm" > "$OUT/gate-$1.md" 2> "$OUT/gate-$1.err"
   echo "exit code $?"; tail -n 30 "$OUT/gate-$1.md"
 done
-git checkout -q "$a"  # back to the code under test
+git checkout -q -f "$a"  # back to the code under test
