@@ -329,7 +329,8 @@ def column_sum_kernel(
     for start in range(0, G, BLOCK_G):
         g = start + tl.arange(0, BLOCK_G)
         mask = (g < G)[:, None] & col_ok[None, :]
-        acc += tl.sum(tl.load(rows + g[:, None] * N + cols[None, :], mask=mask, other=0.0), axis=0)
+        # int64: G * N passes 2**31 for rows of millions of elements.
+        acc += tl.sum(tl.load(rows + _row_offsets(g, N) + cols[None, :], mask=mask, other=0.0), axis=0)
     if slab == 0:
         tl.store(Out0 + cols, acc.to(Out0.dtype.element_ty), mask=col_ok)
     else:
