@@ -103,11 +103,14 @@ COLUMNS = [
 
 
 def markdown_table(rows: list[dict]) -> str:
+    """The COLUMNS that some row has a value for (a LayerNorm-only table has no TFLOP/s)."""
+    columns = [c for c in COLUMNS if any(r.get(c[0]) is not None for r in rows)]
+
     def cell(row, key, fmt):
         return "n/a" if row.get(key) is None else fmt.format(row[key])
 
-    lines = ["| " + " | ".join(title for _, title, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cell(r, k, f) for k, _, f in COLUMNS) + " |" for r in rows]
+    lines = ["| " + " | ".join(title for _, title, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r, k, f) for k, _, f in columns) + " |" for r in rows]
     return "\n".join(lines)
 
 
