@@ -4,9 +4,8 @@ against torch's varlen_attn (FA2) and cuDNN SDPA.
 Only the backward is timed, back to back (timing.sample_clock): preprocess
 (Delta) + main kernel + postprocess, on saved forward outputs; our kernels
 work on the packed varlen batch (no pad/unpad), cuDNN on the batch padded to
-its longest sequence. Cases come
-from harness.cases.attention. TileLang has no interpreter: without a GPU
-every benchmark here is skipped.
+its longest sequence. Cases come from harness.cases.attention. TileLang has
+no interpreter: without a GPU every benchmark here is skipped.
 """
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
