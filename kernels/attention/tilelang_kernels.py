@@ -205,37 +205,39 @@ def _staging(accum: str, shape):
     return T.alloc_shared(shape, ACCUM_DTYPE) if accum in ("region", "tma") else None
 
 
-def tile_accumulator(accum: str):
+def tile_accumulator(accum: str, transposed: bool = False):
     """A macro ``add(acc, row0, head, tile, staging)`` that adds the float32 fragment ``tile``
     into ``acc[row0 : row0 + rows, head, :]``: the one step in which the three modes differ.
-    ``staging`` is a shared buffer of the tile's shape (region and tma, see ``_staging``)."""
+    ``staging`` is a shared buffer of the added block's shape (region and tma, see ``_staging``).
+    A ``transposed`` tile holds the block as (columns, rows) and is added transposed."""
+
+    def element(tile, i, j):
+        return tile[j, i] if transposed else tile[i, j]
+
+    def block_shape(tile):
+        return tile.shape[::-1] if transposed else tile.shape
+
     if accum == "elem":
 
         @T.macro
         def add_each_element(acc, row0, head, tile, staging):
             # An opaque call to CUDA's scalar atomicAdd: TileLang's loop vectorizer fuses the
             # T.atomic_add element form into AtomicAddx2/x4, which would erase this baseline.
-            for i, j in T.Parallel(*tile.shape):
-                T.call_extern("handle", "atomicAdd", T.address_of(acc[row0 + i, head, j]), tile[i, j])
+            for i, j in T.Parallel(*block_shape(tile)):
+                T.call_extern("handle", "atomicAdd", T.address_of(acc[row0 + i, head, j]), element(tile, i, j))
 
         return add_each_element
-    if accum == "region":
+    if accum not in ("region", "tma"):
+        raise ValueError(f"accum must be one of {ACCUM_MODES}, got {accum!r}")
 
-        @T.macro
-        def add_region(acc, row0, head, tile, staging):
-            T.copy(tile, staging)
-            T.atomic_add(acc[row0 : row0 + tile.shape[0], head, :], staging)
+    @T.macro
+    def add_from_shared(acc, row0, head, tile, staging):
+        for i, j in T.Parallel(*block_shape(tile)):
+            staging[i, j] = element(tile, i, j)
+        # region: 128-bit vector atomics over the staged tile; tma: bulk tensor reductions.
+        T.atomic_add(acc[row0 : row0 + staging.shape[0], head, :], staging, use_tma=accum == "tma")
 
-        return add_region
-    if accum == "tma":
-
-        @T.macro
-        def add_by_tma(acc, row0, head, tile, staging):
-            T.copy(tile, staging)
-            T.atomic_add(acc[row0 : row0 + tile.shape[0], head, :], staging, use_tma=True)
-
-        return add_by_tma
-    raise ValueError(f"accum must be one of {ACCUM_MODES}, got {accum!r}")
+    return add_from_shared
 
 
 def backward_kernel(
@@ -261,6 +263,7 @@ def backward_kernel(
     overlaps the two score products with the softmax through asynchronous wgmma.
     """
     accumulate = tile_accumulator(accum)
+    accumulate_transposed = tile_accumulator(accum, transposed=True)
     if pad < max(block_m, block_n):
         raise ValueError(f"pad ({pad}) must cover a whole tile ({max(block_m, block_n)} rows)")
     groups = heads // heads_kv
@@ -297,7 +300,7 @@ def backward_kernel(
             dsT_cast = T.alloc_fragment([block_m, block_n], dtype)
             dk = T.alloc_fragment([block_m, dim_qk], ACCUM_DTYPE)
             dv = T.alloc_fragment([block_m, dim_v], ACCUM_DTYPE)
-            dq = T.alloc_fragment([block_n, dim_qk], ACCUM_DTYPE)
+            dqT = T.alloc_fragment([dim_qk, block_n], ACCUM_DTYPE)
 
             q_start = cu_seqlens_q[seq]
             len_q = cu_seqlens_q[seq + 1] - q_start
@@ -351,9 +354,10 @@ def backward_kernel(
                     dsT_cast[i, j] = scoresT[i, j] * (dpT[i, j] - delta) * softmax_scale
                 T.gemm(dsT_cast, Q_shared, dk, policy=T.GemmWarpPolicy.FullRow)
                 T.copy(dsT_cast, dsT_shared)
-                T.clear(dq)
-                T.gemm(dsT_shared, K_shared, dq, transpose_A=True)
-                accumulate(dQ_acc, dq_row0 + n0, head, dq, dq_staging)
+                # dQ^T = K^T dS^T: with dim_qk as the MMA's M dimension this runs on wgmma;
+                # dQ = dS K has only block_n rows, too few for a warpgroup MMA per warpgroup.
+                T.gemm(K_shared, dsT_shared, dqT, transpose_A=True, policy=FULL_ROW, clear_accum=True)
+                accumulate_transposed(dQ_acc, dq_row0 + n0, head, dqT, dq_staging)
             if m0 < len_k:
                 accumulate(dV_acc, dkv_row0, kv_head, dv, dv_staging)
                 accumulate(dK_acc, dkv_row0, kv_head, dk, dk_staging)
