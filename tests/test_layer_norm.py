@@ -12,6 +12,7 @@ from harness.accuracy import errors, run_layer_norm
 from harness.cases.layer_norm import CORRECTNESS_CASES, LAYER_NORM_VARIANTS, LayerNormCase, interpreted
 from kernels.device import interpreter_mode
 from kernels.layer_norm.config import FUSED_MAX_N
+from kernels.layer_norm.ops import gpu_of, layer_norm_fwd, select_variant
 
 pytestmark = pytest.mark.kernel
 
@@ -103,6 +104,20 @@ def test_zero_rows_give_empty_output(variant, kernel_device):
     y.sum().backward()
     assert x.grad.shape == (0, 64)
     assert torch.equal(w.grad, torch.zeros_like(w)) and torch.equal(b.grad, torch.zeros_like(b))
+
+
+@pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_inference_forward_is_the_training_forward_without_statistics(variant, dtype, kernel_device):
+    """No grad needed: mean and rstd are neither allocated nor stored, y is bit for bit the same."""
+    case = LayerNormCase(7, 300, dtype, offset=1e3)
+    x, w, b = case.make_inputs(kernel_device)
+    fwd = select_variant(variant, "fwd", x.dtype, case.n, gpu_of(x))
+    y_train, mean, rstd = layer_norm_fwd(x, w, b, case.eps, fwd)
+    y_inference, *no_stats = layer_norm_fwd(x, w, b, case.eps, fwd, out=(torch.full_like(x, float("nan")), None, None))
+    assert no_stats == [None, None] and mean is not None and rstd is not None
+    assert torch.equal(y_inference, y_train)
+    assert torch.equal(kernels.layer_norm(x, case.n, w, b, case.eps, variant), y_train)
 
 
 @pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)

@@ -81,8 +81,8 @@ def fused_fwd_kernel(
     Y,  # output, [M, N], row stride stride_y
     W,  # weight [N] (unused unless HAS_WEIGHT)
     B,  # bias [N] (unused unless HAS_BIAS)
-    Mean,  # fp32 [M], written
-    Rstd,  # fp32 [M], written
+    Mean,  # fp32 [M], written if STORE_STATS
+    Rstd,  # fp32 [M], written if STORE_STATS
     stride_x,
     stride_y,
     M,
@@ -90,6 +90,7 @@ def fused_fwd_kernel(
     eps,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    STORE_STATS: tl.constexpr,  # False for inference: nothing will read them
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     VEC: tl.constexpr,
@@ -116,8 +117,9 @@ def fused_fwd_kernel(
     if HAS_BIAS:
         y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(Y + _row_offsets(rows, stride_y) + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(Mean + rows, shift + mean_s, mask=row_ok)
-    tl.store(Rstd + rows, rstd, mask=row_ok)
+    if STORE_STATS:
+        tl.store(Mean + rows, shift + mean_s, mask=row_ok)
+        tl.store(Rstd + rows, rstd, mask=row_ok)
 
 
 @triton.jit
@@ -126,8 +128,8 @@ def two_pass_fwd_kernel(
     Y,  # output, [M, N], row stride stride_y
     W,  # weight [N] (unused unless HAS_WEIGHT)
     B,  # bias [N] (unused unless HAS_BIAS)
-    Mean,  # fp32 [M], written
-    Rstd,  # fp32 [M], written
+    Mean,  # fp32 [M], written if STORE_STATS
+    Rstd,  # fp32 [M], written if STORE_STATS
     stride_x,
     stride_y,
     M,
@@ -135,6 +137,7 @@ def two_pass_fwd_kernel(
     eps,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    STORE_STATS: tl.constexpr,  # False for inference: nothing will read them
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     VEC: tl.constexpr,
@@ -177,8 +180,9 @@ def two_pass_fwd_kernel(
         if HAS_BIAS:
             y = y + tl.load(B + start + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
         tl.store(y_rows + start + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(Mean + rows, shift + mean_s, mask=row_ok)
-    tl.store(Rstd + rows, rstd, mask=row_ok)
+    if STORE_STATS:
+        tl.store(Mean + rows, shift + mean_s, mask=row_ok)
+        tl.store(Rstd + rows, rstd, mask=row_ok)
 
 
 @triton.jit
