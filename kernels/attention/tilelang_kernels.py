@@ -240,6 +240,19 @@ def tile_accumulator(accum: str, transposed: bool = False):
     return add_from_shared
 
 
+@T.macro
+def read_per_query(src, dst, head, q_start, n0, len_q):
+    """dst[i, j] = src[head, token of query column n0 + j]: LSE or Delta laid out like S^T.
+
+    Read from global memory (L1-cached) by the threads that use them. Staged in shared
+    memory they would be element copies in the producer warps, and TileLang then drops
+    the producer/consumer register split (512 threads at 128 registers: heavy spills).
+    The query is clamped into the sequence (len_q > 0 where this runs): no branch.
+    """
+    for i, j in T.Parallel(*dst.shape):
+        dst[i, j] = src[head, q_start + T.min(n0 + j, len_q - 1)]
+
+
 def backward_kernel(
     heads: int,
     heads_kv: int,
@@ -301,6 +314,7 @@ def backward_kernel(
             dk = T.alloc_fragment([block_m, dim_qk], ACCUM_DTYPE)
             dv = T.alloc_fragment([block_m, dim_v], ACCUM_DTYPE)
             dqT = T.alloc_fragment([dim_qk, block_n], ACCUM_DTYPE)
+            per_query = T.alloc_fragment([block_m, block_n], ACCUM_DTYPE)  # LSE, then Delta, of column j
 
             q_start = cu_seqlens_q[seq]
             len_q = cu_seqlens_q[seq + 1] - q_start
@@ -328,30 +342,28 @@ def backward_kernel(
                 T.copy(dO[q_start + n0 : q_start + n0 + block_n, head, :], dO_shared)
                 if wgmma:
                     # S^T = K Q^T and dP^T = V dO^T are issued back to back without waiting
-                    # (async wgmma): the tensor cores run dP^T while the threads exponentiate S^T.
+                    # (async wgmma): the tensor cores run them while the threads read LSE.
                     T.wgmma_gemm(K_shared, Q_shared, scoresT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
                     T.wgmma_gemm(V_shared, dO_shared, dpT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
+                    read_per_query(LSE, per_query, head, q_start, n0, len_q)
                     T.wait_wgmma(1)  # S^T is done; dP^T may still run
                 else:
                     T.gemm(K_shared, Q_shared, scoresT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
                     T.gemm(V_shared, dO_shared, dpT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
-                # LSE and Delta are read from global memory (L1-cached) by the threads that use
-                # them. Staged in shared memory they would be element copies in the producer
-                # warps, and TileLang then drops the producer/consumer register split (512
-                # threads at 128 registers: heavy spills). The row index is clamped into the
-                # sequence (len_q > 0 inside the loop), so the loads need no branch; a select,
-                # not a product, masks, as masked entries may hold a neighbour's rows.
+                    read_per_query(LSE, per_query, head, q_start, n0, len_q)
+                # A select, not a product, masks: masked entries may hold a neighbour's rows.
                 for i, j in T.Parallel(block_m, block_n):
-                    lse = LSE[head, q_start + T.min(n0 + j, len_q - 1)]
                     visible = _visible(n0 + j, m0 + i, len_q, len_k, causal)
-                    scoresT[i, j] = T.if_then_else(visible, T.exp2(scoresT[i, j] * log2_scale - lse * LOG2E), 0)
+                    scoresT[i, j] = T.if_then_else(
+                        visible, T.exp2(scoresT[i, j] * log2_scale - per_query[i, j] * LOG2E), 0
+                    )
                 T.copy(scoresT, pT_cast)
+                read_per_query(Delta, per_query, head, q_start, n0, len_q)  # while dP^T may still run
                 if wgmma:
                     T.wait_wgmma(0)  # dP^T is done
                 T.gemm(pT_cast, dO_shared, dv, policy=T.GemmWarpPolicy.FullRow)
                 for i, j in T.Parallel(block_m, block_n):
-                    delta = Delta[head, q_start + T.min(n0 + j, len_q - 1)]
-                    dsT_cast[i, j] = scoresT[i, j] * (dpT[i, j] - delta) * softmax_scale
+                    dsT_cast[i, j] = scoresT[i, j] * (dpT[i, j] - per_query[i, j]) * softmax_scale
                 T.gemm(dsT_cast, Q_shared, dk, policy=T.GemmWarpPolicy.FullRow)
                 T.copy(dsT_cast, dsT_shared)
                 # dQ^T = K^T dS^T: with dim_qk as the MMA's M dimension this runs on wgmma;
