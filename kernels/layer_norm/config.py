@@ -21,8 +21,8 @@ import torch
 # memory, so the fused variant refuses larger rows; two_pass takes any N.
 FUSED_MAX_N = 16384
 
-# auto uses the fused kernel unless its tiles would leave more than this share
-# of their lanes masked off (e.g. the backward's one tile at N=5000: 8192 lanes).
+# auto uses the fused kernel unless rounding N up to a power of two would
+# leave more than this share of its lanes masked off (e.g. N=5000 -> 8192).
 AUTO_MAX_PADDING = 0.25
 
 TUNED_FILE = Path(__file__).with_name("tuned_configs.json")
@@ -34,7 +34,7 @@ DIRECTIONS = ("fwd", "bwd")
 @dataclasses.dataclass(frozen=True)
 class LaunchConfig:
     block_m: int  # rows per program (per loop step for the persistent backward)
-    block_n: int  # columns per tile: >= N for fused (see fused_forward_tiles), the chunk size for two_pass
+    block_n: int  # columns per tile: >= N for fused, the chunk size for two_pass
     num_warps: int
     programs_per_sm: int = 2  # backward only: persistent grid size
 
@@ -49,23 +49,6 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 0 else 1
 
 
-@functools.cache
-def fused_forward_tiles(n: int) -> tuple[int, int]:
-    """(head, tail): the fused forward's tiles over a row of N. One power-of-two tile
-    pads N up to the next power of two; a head of the largest power of two <= N plus a
-    power-of-two tail pads only the tail (N=5000: 4096 + 1024 lanes, not 8192). tail is
-    0 when the split saves no lanes (N=1000: 512 + 512 is no better than 1024)."""
-    padded = next_power_of_2(n)
-    head = padded if padded == n else padded // 2
-    tail = next_power_of_2(n - head) if n > head else 0
-    return (head, tail) if head + tail < padded else (padded, 0)
-
-
-def _fused_lanes(direction: str, n: int) -> int:
-    """Lanes the fused kernel spends on a row of N."""
-    return sum(fused_forward_tiles(n)) if direction == "fwd" else next_power_of_2(n)
-
-
 def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> str:
     """The kernel one launch runs. "auto" takes the variant the tune sweep measured faster
     for this key on this GPU class (an ``auto/...`` entry of the tuned table); without
@@ -78,7 +61,7 @@ def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gp
     tuned = _tuned_entry(tuned_key("auto", direction, dtype, n), gpu, os.environ.get(TUNED_ENV))
     if tuned is not None:
         return tuned["variant"]
-    padding = 1 - n / _fused_lanes(direction, n)
+    padding = 1 - n / next_power_of_2(n)
     return "fused" if n <= FUSED_MAX_N and padding <= AUTO_MAX_PADDING else "two_pass"
 
 

@@ -27,10 +27,8 @@ programs by ``column_sum_kernel``, both slabs in one launch.
 
 Two families:
 
-* ``fused_*``: the whole row lives in registers, so x is read from memory
-  exactly once. The backward holds it in one tile (``BLOCK_N >= N``); the
-  forward in a head tile of ``BLOCK_N`` columns and, for N that is not a power
-  of two, a tail tile of ``TAIL_N`` (N=5000: 4096 + 1024 lanes, not 8192).
+* ``fused_*``: the whole row lives in registers (``BLOCK_N >= N``), so x is
+  read from memory exactly once.
 * ``two_pass_*``: any N. The row is walked in ``BLOCK_N`` chunks twice: a
   statistics pass (chunk statistics merged with Chan's parallel formula),
   then a normalize pass. The second read mostly hits L2.
@@ -78,25 +76,6 @@ def _partial_rows(Partial, N, HAS_WEIGHT: tl.constexpr):
 
 
 @triton.jit
-def _shifted(X_rows, shift, cols, row_ok, N):
-    """x - shift over the columns ``cols`` of the rows, exact zeros where masked off; and the mask."""
-    mask = row_ok[:, None] & (cols < N)[None, :]
-    x = tl.load(X_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    return tl.where(mask, x - shift[:, None], 0.0), mask
-
-
-@triton.jit
-def _normalize_store(Y_rows, W, B, xc, rstd, cols, mask, N, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    y = xc * rstd[:, None]
-    col_ok = cols < N
-    if HAS_WEIGHT:
-        y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    if HAS_BIAS:
-        y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    tl.store(Y_rows + cols[None, :], y.to(Y_rows.dtype.element_ty), mask=mask)
-
-
-@triton.jit
 def fused_fwd_kernel(
     X,  # input, [M, N], row stride stride_x, unit column stride
     Y,  # output, [M, N], row stride stride_y
@@ -113,36 +92,31 @@ def fused_fwd_kernel(
     HAS_BIAS: tl.constexpr,
     STORE_STATS: tl.constexpr,  # False for inference: nothing will read them
     BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,  # head tile: columns [0, BLOCK_N)
-    TAIL_N: tl.constexpr,  # tail tile: columns [BLOCK_N, BLOCK_N + TAIL_N); 0 when BLOCK_N >= N
+    BLOCK_N: tl.constexpr,
     VEC: tl.constexpr,
 ):
     N, stride_x, stride_y = _aligned(N, VEC), _aligned(stride_x, VEC), _aligned(stride_y, VEC)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
     row_ok = rows < M
-    X_rows = X + _row_offsets(rows, stride_x)
-    Y_rows = Y + _row_offsets(rows, stride_y)
-    head = tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+
+    x = tl.load(X + _row_offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     shift = tl.load(X + rows.to(tl.int64) * stride_x, mask=row_ok, other=0.0).to(tl.float32)
 
     # Statistics of the shifted row; masked columns contribute exact zeros.
-    xs, mask = _shifted(X_rows, shift, head, row_ok, N)
-    total = tl.sum(xs, axis=1)
-    if TAIL_N > 0:
-        tail = BLOCK_N + tl.arange(0, TAIL_N)
-        xs_tail, mask_tail = _shifted(X_rows, shift, tail, row_ok, N)
-        total += tl.sum(xs_tail, axis=1)
-    mean_s = _div(total, N)
+    xs = tl.where(mask, x - shift[:, None], 0.0)
+    mean_s = _div(tl.sum(xs, axis=1), N)
     xc = tl.where(mask, xs - mean_s[:, None], 0.0)
-    m2 = tl.sum(xc * xc, axis=1)
-    if TAIL_N > 0:
-        xc_tail = tl.where(mask_tail, xs_tail - mean_s[:, None], 0.0)
-        m2 += tl.sum(xc_tail * xc_tail, axis=1)
-    rstd = tl.rsqrt(_div(m2, N) + eps)
+    rstd = tl.rsqrt(_div(tl.sum(xc * xc, axis=1), N) + eps)
 
-    _normalize_store(Y_rows, W, B, xc, rstd, head, mask, N, HAS_WEIGHT, HAS_BIAS)
-    if TAIL_N > 0:
-        _normalize_store(Y_rows, W, B, xc_tail, rstd, tail, mask_tail, N, HAS_WEIGHT, HAS_BIAS)
+    y = xc * rstd[:, None]
+    if HAS_WEIGHT:
+        y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + _row_offsets(rows, stride_y) + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     if STORE_STATS:
         tl.store(Mean + rows, shift + mean_s, mask=row_ok)
         tl.store(Rstd + rows, rstd, mask=row_ok)
