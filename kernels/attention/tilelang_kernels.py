@@ -345,12 +345,12 @@ def backward_kernel(
                     # (async wgmma): the tensor cores run them while the threads read LSE.
                     T.wgmma_gemm(K_shared, Q_shared, scoresT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
                     T.wgmma_gemm(V_shared, dO_shared, dpT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
-                    read_per_query(LSE, per_query, head, q_start, n0, len_q)
-                    T.wait_wgmma(1)  # S^T is done; dP^T may still run
                 else:
                     T.gemm(K_shared, Q_shared, scoresT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
                     T.gemm(V_shared, dO_shared, dpT, transpose_B=True, policy=FULL_ROW, clear_accum=True)
-                    read_per_query(LSE, per_query, head, q_start, n0, len_q)
+                read_per_query(LSE, per_query, head, q_start, n0, len_q)
+                if wgmma:
+                    T.wait_wgmma(1)  # S^T is done; dP^T may still run
                 # A select, not a product, masks: masked entries may hold a neighbour's rows.
                 for i, j in T.Parallel(block_m, block_n):
                     visible = _visible(n0 + j, m0 + i, len_q, len_k, causal)
