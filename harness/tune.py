@@ -162,7 +162,7 @@ def time_configs(key: Key, tensors: CaseTensors, configs, warmup_ms: float, rep_
 
 
 def _cfg_cells(cfg: LaunchConfig, direction: str) -> str:
-    programs = f" | {cfg.programs_per_sm}" if direction == "bwd" else ""
+    programs = f" | {cfg.programs_per_sm} | {cfg.num_stages}" if direction == "bwd" else ""
     return f"{cfg.block_m} | {cfg.block_n} | {cfg.num_warps}{programs}"
 
 
@@ -184,11 +184,11 @@ def print_seed_table(measured: list[Measurement], dropped: dict[LaunchConfig, st
 def print_key_table(key: Key, measured: list[Measurement], ranked, default: LaunchConfig, top: int) -> None:
     cases = sorted({m.case for m in measured}, key=lambda c: c.m)
     by = {(m.cfg, m.case): m for m in measured}
-    programs = " programs/SM |" if key.direction == "bwd" else ""
+    programs = " programs/SM | stages |" if key.direction == "bwd" else ""
     heads = "".join(f" {c.m}x{c.n} ms (GB/s) |" for c in cases)
     print(f"\n{key.name}: {len(ranked)} configurations, {top} fastest by geometric mean (and the heuristic)")
     print(f"| BLOCK_M | BLOCK_N | num_warps |{programs}{heads} geomean ms |")
-    print("|---" * (4 + (key.direction == "bwd") + len(cases)) + "|")
+    print("|---" * (4 + 2 * (key.direction == "bwd") + len(cases)) + "|")
     shown = ranked[:top] + [r for r in ranked[top:] if r[0] == default]
     for cfg, geomean in shown:
         cells = "".join(f" {by[cfg, c].ms:.4f} ({by[cfg, c].gbps:.0f}) |" for c in cases)

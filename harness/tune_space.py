@@ -1,8 +1,9 @@
 """The launch configurations ``nox -s tune`` tries for each LayerNorm key.
 
 Wide enough to matter (rows per program, chunk size for two_pass, 1 to 16
-warps, persistent grid size for the backward), pruned to tiles a memory-bound
-kernel can use well, so that every key of the benchmark suite tunes in minutes:
+warps; for the backward the persistent grid size and, fused, how many row
+blocks' loads are in flight), pruned to tiles a memory-bound kernel can use
+well, so that every key of the benchmark suite tunes in minutes:
 
 * each thread holds at least one 16-byte access of the tile (fewer elements
   would leave lanes loading the same data twice), and at most
@@ -14,6 +15,7 @@ kernel can use well, so that every key of the benchmark suite tunes in minutes:
 Configurations that still spill or do not fit are dropped after compiling.
 """
 
+import dataclasses
 import itertools
 
 import torch
@@ -25,6 +27,7 @@ WARPS = (1, 2, 4, 8, 16)
 ROWS = (1, 2, 4, 8, 16)
 TWO_PASS_BLOCK_N = (256, 512, 1024, 2048, 4096, 8192)
 PROGRAMS_PER_SM = (1, 2, 4, 8)
+FUSED_BWD_STAGES = (1, 2, 3)  # 3 keeps two row blocks in flight: twice the shared memory of 2
 MAX_RESIDENT_WARPS = 64  # per SM on sm_80 and sm_90
 
 # Per thread and per tensor, counted in fp32 (the kernels compute in fp32): 32
@@ -71,10 +74,12 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
         if _fits(rows * block_n, warps, variant, direction, dtype.itemsize)
     ]
     if direction == "bwd":
+        stages = FUSED_BWD_STAGES if variant == "fused" else (1,)
         tiles = [
-            LaunchConfig(t.block_m, t.block_n, t.num_warps, programs)
+            LaunchConfig(t.block_m, t.block_n, t.num_warps, programs, num_stages)
             for t in tiles
             for programs in PROGRAMS_PER_SM
+            for num_stages in stages
             if programs * t.num_warps <= MAX_RESIDENT_WARPS
         ]
     default = heuristic_config(variant, direction, dtype, n)
@@ -83,7 +88,7 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
 
 def compile_unit(cfg: LaunchConfig) -> LaunchConfig:
     """The configuration that names ``cfg``'s kernel: programs_per_sm changes the grid, not the code."""
-    return LaunchConfig(cfg.block_m, cfg.block_n, cfg.num_warps)
+    return dataclasses.replace(cfg, programs_per_sm=LaunchConfig.programs_per_sm)
 
 
 def compile_units(configs) -> list[LaunchConfig]:

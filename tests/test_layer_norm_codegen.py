@@ -15,10 +15,13 @@ import torch
 from harness.cases.layer_norm import BENCH_SHAPES, DTYPES
 from harness.codegen import compile_sm90, resource_usage, sass
 from kernels.device import interpreter_mode
-from kernels.layer_norm.config import launch_entries, read_tuned_table, tuned_file
+from kernels.layer_norm.config import LaunchConfig, launch_entries, read_tuned_table, tuned_file
 from kernels.layer_norm.ops import backward_launch, forward_launch, select_variant
 
 pytestmark = pytest.mark.skipif(interpreter_mode(), reason="ahead-of-time compile: runs in the compiled pytest process")
+
+# A 16-byte global load, into registers (LDG) or, for a pipelined loop, into shared memory (cp.async: LDGSTS).
+WIDE_LOAD = re.compile(r"\bLDG(?:STS)?\.E(?:\.BYPASS)?\.128\b")
 
 
 @functools.cache
@@ -92,4 +95,19 @@ def test_tuned_configs_compile_without_spills_and_keep_128_bit_access(key, cfg):
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0, f"{key} {cfg} spills to local memory: {usage}"
     assert not re.search(r"\b(LDL|STL)\b", code), f"{key} {cfg}: local-memory loads/stores in SASS"
     if n % (16 // dt.itemsize) == 0:  # every row starts 16-byte aligned
-        assert "LDG.E.128" in code and "STG.E.128" in code, f"{key} {cfg} lost 128-bit loads/stores"
+        assert WIDE_LOAD.search(code) and "STG.E.128" in code, f"{key} {cfg} lost 128-bit loads/stores"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_pipelined_fused_backward_loads_ahead_through_shared_memory(dtype):
+    # num_stages > 1 must turn the x/dy loads into 16-byte cp.async copies, issued a
+    # row block ahead; num_stages = 1 keeps plain register loads.
+    x = torch.empty(4096, 8192, dtype=DTYPES[dtype], device="meta")
+    w = torch.empty(8192, dtype=x.dtype, device="meta")
+    stats = torch.empty(4096, dtype=torch.float32, device="meta")
+    for stages, async_copies in ((1, False), (2, True)):
+        cfg = LaunchConfig(1, 8192, 16, programs_per_sm=1, num_stages=stages)
+        cubin = compile_sm90(backward_launch(x, x, w, w, stats, stats, "fused", x, cfg)[0]).asm["cubin"]
+        code, usage = sass(cubin), resource_usage(cubin)
+        assert ("LDGSTS.E.BYPASS.128" in code) == async_copies, f"num_stages={stages}"
+        assert usage["LOCAL"] == 0 and not re.search(r"\b(LDL|STL)\b", code), f"num_stages={stages} spills"

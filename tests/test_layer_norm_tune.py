@@ -79,6 +79,9 @@ def test_candidates_are_sensible(variant, direction, dtype, n):
             assert c.programs_per_sm * c.num_warps <= MAX_RESIDENT_WARPS
     if direction == "bwd":
         assert len({c.programs_per_sm for c in configs}) >= 2, "the persistent grid size is part of the backward space"
+    # Only the fused backward pipelines its loads; elsewhere num_stages would be ignored.
+    pipelined = variant == "fused" and direction == "bwd"
+    assert ({c.num_stages for c in configs} != {1}) == pipelined
 
 
 def _m(case, cfg, ms):

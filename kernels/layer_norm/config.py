@@ -37,6 +37,9 @@ class LaunchConfig:
     block_n: int  # columns per tile: >= N for fused, the chunk size for two_pass
     num_warps: int
     programs_per_sm: int = 2  # backward only: persistent grid size
+    # Fused backward only: 1 loads each row block when it is reached; n > 1 issues the
+    # loads n - 1 blocks ahead, through shared memory, so they overlap the row reductions.
+    num_stages: int = 1
 
 
 # Host-side integer helpers. triton.cdiv and triton.next_power_of_2 are

@@ -146,7 +146,8 @@ def backward_launch(
         args=(x2, dy2, dx, weight if weight is not None else x2, mean, rstd, partial if slabs else mean,
               x2.stride(0), dy2.stride(0), dx.stride(0), m, n),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, dy2, dx, weight)),
+                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, dy2, dx, weight),
+                        **({"NUM_STAGES": cfg.num_stages} if variant == "fused" else {})),
         num_warps=cfg.num_warps,
     )  # fmt: skip
     return launch, partial

@@ -204,6 +204,7 @@ def fused_bwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     VEC: tl.constexpr,
+    NUM_STAGES: tl.constexpr,  # > 1: the next row blocks' x, dy load (cp.async) during this one's math
 ):
     N, stride_x = _aligned(N, VEC), _aligned(stride_x, VEC)
     stride_dy, stride_dx = _aligned(stride_dy, VEC), _aligned(stride_dx, VEC)
@@ -216,7 +217,7 @@ def fused_bwd_kernel(
         w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
     db = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for block in range(pid, tl.cdiv(M, BLOCK_M), programs):
+    for block in tl.range(pid, tl.cdiv(M, BLOCK_M), programs, num_stages=NUM_STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < M
         mask = row_ok[:, None] & col_ok[None, :]
