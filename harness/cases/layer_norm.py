@@ -132,7 +132,7 @@ def interpreted(case: LayerNormCase) -> LayerNormCase:
 # Benchmark cases (asv, pytest-benchmark, the gate).
 BENCH_SHAPES = [(4096, 1024), (4096, 4096), (4096, 5000), (4096, 8192), (16384, 4096), (32768, 1024), (8192, 8192)]
 BENCH_DTYPES = ["float32", "bfloat16", "float16"]
-BENCH_DIRECTIONS = ["fwd", "fwd+bwd"]
+BENCH_DIRECTIONS = ["fwd", "bwd", "fwd+bwd"]  # bwd: the backward alone, of a saved forward
 LAYER_NORM_VARIANTS = ["fused", "two_pass", "auto"]
 # The baseline every speedup is against, and a second reference.
 LAYER_NORM_BASELINE = "torch"
