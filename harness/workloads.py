@@ -2,6 +2,7 @@
 the tuner, so every consumer times exactly the same work.
 """
 
+import contextlib
 import functools
 import itertools
 import math
@@ -22,6 +23,19 @@ def warmed(fn: Callable[[], object]) -> Callable[[], object]:
     return fn
 
 
+@contextlib.contextmanager
+def _side_stream():
+    """Run the block on a fresh stream (no-op without a GPU); the current stream waits for it."""
+    if not torch.cuda.is_available():
+        yield
+        return
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        yield
+    torch.cuda.current_stream().wait_stream(side)
+
+
 def in_cuda_graphs(fn: Callable[[], object], graphs: int = 1) -> Callable[[], None]:
     """``fn`` captured into ``graphs`` CUDA graphs of one call each, replayed in turn.
 
@@ -33,12 +47,9 @@ def in_cuda_graphs(fn: Callable[[], object], graphs: int = 1) -> Callable[[], No
     """
     if not torch.cuda.is_available():
         return fn
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # torch's recipe: a few calls on a side stream before capturing
+    with _side_stream():  # torch's recipe: a few calls on a side stream before capturing
         for _ in range(3):
             fn()
-    torch.cuda.current_stream().wait_stream(side)
     captured = []
     for _ in range(graphs):
         graph = torch.cuda.CUDAGraph()
@@ -97,7 +108,10 @@ def layer_norm_workload(case: LayerNormCase, impl: str, direction: str, rotate: 
     sets = [case.make_inputs(device, requires_grad=direction != "fwd") for _ in range(rotate)]
     dy = torch.randn(case.m, case.n, device=device, dtype=case.torch_dtype)
     if direction == "bwd":
-        saved = itertools.cycle([(inputs, run_impl(*inputs, case.eps)) for inputs in sets])
+        # Autograd runs each backward kernel on its forward's stream. Not the legacy default
+        # stream: a CUDA graph capture (in_cuda_graphs) may not make that one wait on it.
+        with _side_stream():
+            saved = itertools.cycle([(inputs, run_impl(*inputs, case.eps)) for inputs in sets])
 
         def backward():
             inputs, y = next(saved)
