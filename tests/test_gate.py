@@ -110,7 +110,8 @@ not_slower_than = {{ impl = ["region", "elem"] }}
 """
 
 ATTENTION_MS = {"elem": 0.88, "region": 0.99, "tma": 0.84, "fa2_varlen": 0.9, "cudnn_sdpa": 0.5}  # FACTS.md, H200
-HEALTHY_TRACKED = {"x": 1.25, "GB/s": 3000.0, "%": 92.0, "TFLOP/s": 217.0, "us": 50.0}
+# A healthy H200 run: each value clears every floor (the LayerNorm backward floor is 1.30x eager torch).
+HEALTHY_TRACKED = {"x": 1.5, "GB/s": 3000.0, "%": 92.0, "TFLOP/s": 217.0, "us": 50.0}
 
 
 def samples(median: float, seed: object, spread: float = 0.005, n: int = 10) -> list[float]:
