@@ -28,7 +28,7 @@ ROWS = (1, 2, 4, 8, 16)
 TWO_PASS_BLOCK_N = (256, 512, 1024, 2048, 4096, 8192)
 PROGRAMS_PER_SM = (1, 2, 4, 8)
 # Triton's loop pipeliner keeps num_stages - 1 row blocks in flight. 2 was slower than 1 for
-# every 16-bit key on an H200, 3 the fastest for all twelve keys (docs/results, 2026-11-22).
+# every 16-bit key on an H200, 3 or 4 the fastest for all twelve keys (docs/results, 2026-11-22).
 FUSED_BWD_STAGES = (1, 2, 3, 4)
 MAX_RESIDENT_WARPS = 64  # per SM on sm_80 and sm_90
 
