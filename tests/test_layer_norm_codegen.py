@@ -15,27 +15,38 @@ import torch
 from harness.cases.layer_norm import BENCH_SHAPES, DTYPES
 from harness.codegen import compile_sm90, resource_usage, sass
 from kernels.device import interpreter_mode
-from kernels.layer_norm.config import LaunchConfig, launch_entries, read_tuned_table, tuned_file
+from kernels.layer_norm.config import LaunchConfig, launch_config, launch_entries, read_tuned_table, tuned_file
 from kernels.layer_norm.ops import backward_launch, forward_launch, select_variant
 
 pytestmark = pytest.mark.skipif(interpreter_mode(), reason="ahead-of-time compile: runs in the compiled pytest process")
 
-# A 16-byte global load, into registers (LDG) or, for a pipelined loop, into shared memory (cp.async: LDGSTS).
-WIDE_LOAD = re.compile(r"\bLDG(?:STS)?\.E(?:\.BYPASS)?\.128\b")
-
 
 @functools.cache
-def _compiled(variant: str, direction: str, m: int, n: int, dtype: str):
+def _compiled(variant: str, direction: str, m: int, n: int, dtype: str, cfg: LaunchConfig | None = None):
+    """(SASS, resource usage, the launch's configuration: ``cfg``, else the launcher's own)."""
     dt = DTYPES[dtype]
     x = torch.empty(m, n, dtype=dt, device="meta")
     w = torch.empty(n, dtype=dt, device="meta")
     stats = torch.empty(m, dtype=torch.float32, device="meta")
+    cfg = cfg or launch_config(variant, direction, dt, n, None)
     if direction == "fwd":
-        launch = forward_launch(x, w, w, 1e-5, variant, x, stats, stats)
+        launch = forward_launch(x, w, w, 1e-5, variant, x, stats, stats, cfg)
     else:
-        launch = backward_launch(x, x, w, w, stats, stats, variant, x)[0]
+        launch = backward_launch(x, x, w, w, stats, stats, variant, x, cfg)[0]
     cubin = compile_sm90(launch).asm["cubin"]
-    return sass(cubin), resource_usage(cubin)
+    return sass(cubin), resource_usage(cubin), cfg
+
+
+def _row_load(variant: str, cfg: LaunchConfig) -> str:
+    """The SASS of a 16-byte x/dy load: a cp.async copy into shared memory where the fused
+    backward pipelines its row blocks, else a load into registers. (A pipelined kernel still
+    loads the weight with LDG.E.128, so that alone would not show the rows kept their width.)"""
+    return "LDGSTS.E.BYPASS.128" if variant == "fused" and cfg.num_stages > 1 else "LDG.E.128"
+
+
+def _assert_no_spills(code: str, usage: dict, what: str) -> None:
+    assert usage["STACK"] == 0 and usage["LOCAL"] == 0, f"{what} spills to local memory: {usage}"
+    assert not re.search(r"\b(LDL|STL)\b", code), f"{what}: local-memory loads/stores in SASS"
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
@@ -43,8 +54,8 @@ def _compiled(variant: str, direction: str, m: int, n: int, dtype: str):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_aligned_rows_use_128_bit_loads_and_stores(variant, direction, dtype):
     # N = 4096: every row starts 16-byte aligned and is a multiple of 16 elements.
-    code, _ = _compiled(variant, direction, 4096, 4096, dtype)
-    assert "LDG.E.128" in code, "x/dy loads lost their 128-bit width"
+    code, _, cfg = _compiled(variant, direction, 4096, 4096, dtype)
+    assert _row_load(variant, cfg) in code, "x/dy loads lost their 128-bit width"
     assert "STG.E.128" in code, "y/dx stores lost their 128-bit width"
     narrow_stores = re.findall(r"STG\.E\.U?(?:16|8)\b", code)
     assert not narrow_stores, f"sub-word stores in an aligned row: {narrow_stores[:4]}"
@@ -54,9 +65,8 @@ def test_aligned_rows_use_128_bit_loads_and_stores(variant, direction, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize(("m", "n"), BENCH_SHAPES, ids=[f"{m}x{n}" for m, n in BENCH_SHAPES])
 def test_auto_kernels_do_not_spill_registers(m, n, dtype, direction):
-    code, usage = _compiled(select_variant("auto", direction, DTYPES[dtype], n, None), direction, m, n, dtype)
-    assert usage["STACK"] == 0 and usage["LOCAL"] == 0, f"spills to local memory: {usage}"
-    assert not re.search(r"\b(LDL|STL)\b", code), "local-memory loads/stores in SASS"
+    code, usage, cfg = _compiled(select_variant("auto", direction, DTYPES[dtype], n, None), direction, m, n, dtype)
+    _assert_no_spills(code, usage, str(cfg))
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
@@ -65,8 +75,8 @@ def test_auto_kernels_do_not_spill_registers(m, n, dtype, direction):
 def test_non_power_of_two_rows_keep_128_bit_access(variant, direction, dtype):
     # N = 5000 is a multiple of 8, so each row of a contiguous tensor starts
     # 16-byte aligned; the launcher's VEC hint must turn that into 16-byte access.
-    code, _ = _compiled(variant, direction, 4096, 5000, dtype)
-    assert "LDG.E.128" in code and "STG.E.128" in code
+    code, _, cfg = _compiled(variant, direction, 4096, 5000, dtype)
+    assert _row_load(variant, cfg) in code and "STG.E.128" in code
 
 
 def _tuned_entries() -> list:
@@ -81,33 +91,19 @@ def _tuned_entries() -> list:
 def test_tuned_configs_compile_without_spills_and_keep_128_bit_access(key, cfg):
     variant, direction, dtype, n = key.split("/")
     n = int(n)
-    dt = DTYPES[dtype]
-    m = 4096  # rows enter the compiled code only through divisibility by 16
-    x = torch.empty(m, n, dtype=dt, device="meta")
-    w = torch.empty(n, dtype=dt, device="meta")
-    stats = torch.empty(m, dtype=torch.float32, device="meta")
-    if direction == "fwd":
-        launch = forward_launch(x, w, w, 1e-5, variant, x, stats, stats, cfg)
-    else:
-        launch = backward_launch(x, x, w, w, stats, stats, variant, x, cfg)[0]
-    cubin = compile_sm90(launch).asm["cubin"]
-    code, usage = sass(cubin), resource_usage(cubin)
-    assert usage["STACK"] == 0 and usage["LOCAL"] == 0, f"{key} {cfg} spills to local memory: {usage}"
-    assert not re.search(r"\b(LDL|STL)\b", code), f"{key} {cfg}: local-memory loads/stores in SASS"
-    if n % (16 // dt.itemsize) == 0:  # every row starts 16-byte aligned
-        assert WIDE_LOAD.search(code) and "STG.E.128" in code, f"{key} {cfg} lost 128-bit loads/stores"
+    # 4096 rows: M enters the compiled code only through divisibility by 16.
+    code, usage, _ = _compiled(variant, direction, 4096, n, dtype, cfg)
+    _assert_no_spills(code, usage, f"{key} {cfg}")
+    if n % (16 // DTYPES[dtype].itemsize) == 0:  # every row starts 16-byte aligned
+        assert _row_load(variant, cfg) in code and "STG.E.128" in code, f"{key} {cfg} lost 128-bit loads/stores"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_pipelined_fused_backward_loads_ahead_through_shared_memory(dtype):
     # num_stages > 1 must turn the x/dy loads into 16-byte cp.async copies, issued a
     # row block ahead; num_stages = 1 keeps plain register loads.
-    x = torch.empty(4096, 8192, dtype=DTYPES[dtype], device="meta")
-    w = torch.empty(8192, dtype=x.dtype, device="meta")
-    stats = torch.empty(4096, dtype=torch.float32, device="meta")
     for stages, async_copies in ((1, False), (2, True)):
         cfg = LaunchConfig(1, 8192, 16, programs_per_sm=1, num_stages=stages)
-        cubin = compile_sm90(backward_launch(x, x, w, w, stats, stats, "fused", x, cfg)[0]).asm["cubin"]
-        code, usage = sass(cubin), resource_usage(cubin)
+        code, usage, _ = _compiled("fused", "bwd", 4096, 8192, dtype, cfg)
         assert ("LDGSTS.E.BYPASS.128" in code) == async_copies, f"num_stages={stages}"
-        assert usage["LOCAL"] == 0 and not re.search(r"\b(LDL|STL)\b", code), f"num_stages={stages} spills"
+        _assert_no_spills(code, usage, f"num_stages={stages}")
