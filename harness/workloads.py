@@ -44,6 +44,10 @@ def in_cuda_graphs(fn: Callable[[], object], graphs: int = 1) -> Callable[[], No
     the launch path (``harness.timing.enqueue_us`` measures those). Each capture
     calls ``fn`` once: a workload that rotates input sets captures the next set
     in each graph. Without a GPU (interpreter smoke runs), ``fn`` itself.
+
+    The graphs read the tensors ``fn`` holds, so the returned callable holds ``fn``: a
+    workload dropped after capture would free its inputs, and the next capture's
+    ``empty_cache`` would unmap them under the graphs (an illegal address on replay).
     """
     if not torch.cuda.is_available():
         return fn
@@ -57,7 +61,12 @@ def in_cuda_graphs(fn: Callable[[], object], graphs: int = 1) -> Callable[[], No
             fn()
         captured.append(graph)
     cycle = itertools.cycle(captured)
-    return lambda: next(cycle).replay()
+
+    def replay():
+        next(cycle).replay()
+
+    replay.captured_from = fn
+    return replay
 
 
 def bench_device() -> torch.device:
