@@ -6,7 +6,7 @@ Per call, for each implementation:
 
 * host us, wall us: ``harness.timing.enqueue_us`` over ``--calls`` calls back to
   back: the host's time to enqueue them, and the time until the device is done;
-* device us: the call replayed from a CUDA graph (``harness.workloads.in_cuda_graphs``),
+* device us: the call in a CUDA graph of back-to-back calls (``harness.workloads.batched``),
   ``harness.timing.median_ms`` (CUDA events, L2 flushed per run), as the suite measures kernels.
 
 Where host us exceeds device us, an eager caller is launch-bound: back-to-back
@@ -19,7 +19,7 @@ import torch
 
 from harness import timing
 from harness.cases.layer_norm import BENCH_SHAPES, bench_case
-from harness.workloads import in_cuda_graphs, layer_norm_workload, warmed
+from harness.workloads import batched, layer_norm_workload, rotations, warmed
 
 IMPLS = ["torch", "fused", "two_pass", "auto"]
 DIRECTIONS = ["fwd", "fwd+bwd"]
@@ -44,9 +44,10 @@ def main(argv=None) -> None:
         case = bench_case(args.shape, dtype)
         for direction in DIRECTIONS:
             for impl in IMPLS:
-                fn = warmed(layer_norm_workload(case, impl, direction))
+                rotate = rotations(case.bytes_moved(direction))
+                fn = warmed(layer_norm_workload(case, impl, direction, rotate))
                 host, wall = timing.enqueue_us(fn, args.calls, args.repeats)
-                device = timing.median_ms(in_cuda_graphs(fn)) * 1e3
+                device = timing.median_ms(batched(fn, rotate)) * 1e3
                 cells = f"{host:.1f} | {wall:.1f} | {device:.1f} | {host / device:.2f}"
                 print(f"| {case.name} | {direction} | {impl} | {cells} |", flush=True)
 

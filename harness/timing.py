@@ -2,8 +2,8 @@
 
 * Kernel times are medians of CUDA-event timings by ``triton.testing.do_bench``
   after warm-up, with L2 flushed before every run. Callers that must not time
-  the host's launch path replay the call from a CUDA graph
-  (``harness.workloads.in_cuda_graphs``); ``enqueue_us`` times that path itself.
+  the host's launch path replay the call from a CUDA graph, a batch of calls
+  on rotated inputs (``harness.workloads.batched``); ``enqueue_us`` times that path itself.
 * Ratios (kernel vs baseline, kernel vs copy) are measured interleaved in
   one process: round after round alternates the two, so clock and thermal
   drift hit both alike; the ratio reported is the median of per-round ratios.
@@ -37,11 +37,12 @@ def sync() -> None:
 
 
 def median_ms(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS) -> float:
-    """Median time of ``fn`` in milliseconds (device events; L2 flushed per run)."""
+    """Median time of one call in milliseconds (device events; L2 flushed per run). A callable
+    that makes several calls per run says how many in ``fn.calls`` (harness.workloads.in_cuda_graphs)."""
     if gpu_timing():
         import triton.testing
 
-        return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+        return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median") / getattr(fn, "calls", 1)
     fn()  # interpreter smoke: one warm-up, then a few wall-clock runs
     runs = []
     for _ in range(3):

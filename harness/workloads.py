@@ -36,14 +36,19 @@ def _side_stream():
     torch.cuda.current_stream().wait_stream(side)
 
 
-def in_cuda_graphs(fn: Callable[[], object], graphs: int = 1) -> Callable[[], None]:
-    """``fn`` captured into ``graphs`` CUDA graphs of one call each, replayed in turn.
+BATCH_CALLS = 8  # calls per timed graph (batched), at least
+
+
+def in_cuda_graphs(fn: Callable[[], object], graphs: int = 1, calls: int = 1) -> Callable[[], None]:
+    """``fn`` captured into ``graphs`` CUDA graphs of ``calls`` back-to-back calls each, replayed in turn.
 
     A replay costs the host one launch however many kernels the call runs, so
     back-to-back replays keep the GPU busy and time the device, not Python and
     the launch path (``harness.timing.enqueue_us`` measures those). Each capture
-    calls ``fn`` once: a workload that rotates input sets captures the next set
-    in each graph. Without a GPU (interpreter smoke runs), ``fn`` itself.
+    calls ``fn`` ``calls`` times: a workload that rotates input sets captures the
+    next sets. The returned callable's ``calls`` says how many calls of ``fn`` one
+    replay makes (``harness.timing.median_ms`` reports time per call). Without a GPU
+    (interpreter smoke runs), ``fn`` itself.
 
     The graphs read the tensors ``fn`` holds, so the returned callable holds ``fn``: a
     workload dropped after capture would free its inputs, and the next capture's
@@ -58,7 +63,8 @@ def in_cuda_graphs(fn: Callable[[], object], graphs: int = 1) -> Callable[[], No
     for _ in range(graphs):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            fn()
+            for _ in range(calls):
+                fn()
         captured.append(graph)
     cycle = itertools.cycle(captured)
 
@@ -66,7 +72,20 @@ def in_cuda_graphs(fn: Callable[[], object], graphs: int = 1) -> Callable[[], No
         next(cycle).replay()
 
     replay.captured_from = fn
+    replay.calls = calls
     return replay
+
+
+def batched(fn: Callable[[], object], rotate: int) -> Callable[[], None]:
+    """``fn``, a workload cycling through ``rotate`` input sets, as the suite times a call's
+    device time: one CUDA graph of ``max(rotate, BATCH_CALLS)`` back-to-back calls.
+
+    One graph replay timed by CUDA events also times its launch: 2.4-5.3 us beyond the
+    kernel's own duration (CUPTI) on an H200, 10% of a 64 MiB LayerNorm. Within a graph,
+    kernels follow each other as in a model's step, and that cost is spread over the batch.
+    Rotated inputs keep later calls from reading what earlier ones left in L2.
+    """
+    return in_cuda_graphs(fn, calls=max(rotate, BATCH_CALLS))
 
 
 def bench_device() -> torch.device:

@@ -27,3 +27,12 @@ def test_graphs_keep_the_workloads_tensors_alive(cuda_device):
     replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(y, 2 * x_alive(), rtol=0, atol=0)
+
+
+def test_a_replay_makes_as_many_calls_as_it_says(cuda_device):
+    count = torch.zeros((), device=cuda_device)
+    replay = in_cuda_graphs(lambda: count.add_(1), calls=5)
+    count.zero_()  # the warm-up calls before capture ran eagerly
+    replay()
+    torch.cuda.synchronize()
+    assert replay.calls == 5 and count.item() == 5, "timing.median_ms divides a replay's time by its calls"
