@@ -8,6 +8,7 @@ fails to write shows up as a NaN error.
 import torch
 
 from harness.cases.layer_norm import LayerNormCase
+from kernels.layer_norm.config import LaunchConfig
 from kernels.layer_norm.ops import gpu_of, layer_norm_bwd, layer_norm_fwd, select_variant
 from kernels.layer_norm.reference import layer_norm_ref
 
@@ -16,13 +17,16 @@ def _poisoned(*shape_like):
     return tuple(torch.full_like(t, float("nan")) for t in shape_like)
 
 
-def run_layer_norm(case: LayerNormCase, variant: str, device) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """{quantity: (kernel result, float64 reference)} on fresh random inputs."""
+def run_layer_norm(
+    case: LayerNormCase, variant: str, device, fwd_cfg: LaunchConfig | None = None
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{quantity: (kernel result, float64 reference)} on fresh random inputs; ``fwd_cfg``
+    overrides the forward's launch configuration."""
     x, w, b = case.make_inputs(device)
     dy = torch.randn_like(x)
     fwd, bwd = (select_variant(variant, direction, x.dtype, case.n, gpu_of(x)) for direction in ("fwd", "bwd"))
     mean_out = torch.empty(case.m, dtype=torch.float32, device=device)
-    y, mean, rstd = layer_norm_fwd(x, w, b, case.eps, fwd, out=_poisoned(x, mean_out, mean_out))
+    y, mean, rstd = layer_norm_fwd(x, w, b, case.eps, fwd, out=_poisoned(x, mean_out, mean_out), cfg=fwd_cfg)
     dx, dw, db = layer_norm_bwd(dy, x, w, b, mean, rstd, bwd, out=_poisoned(x, w, b))
     y_ref, dx_ref, dw_ref, db_ref, mean_ref, rstd_ref = layer_norm_ref(x, w, b, case.eps, dy)
     return {

@@ -19,9 +19,15 @@ import dataclasses
 import itertools
 
 import torch
-import triton
 
-from kernels.layer_norm.config import FUSED_MAX_N, LaunchConfig, heuristic_config
+from kernels.layer_norm.config import (
+    FUSED_MAX_N,
+    LaunchConfig,
+    fused_tail_n,
+    heuristic_config,
+    next_power_of_2,
+    prev_power_of_2,
+)
 
 WARPS = (1, 2, 4, 8, 16)
 ROWS = (1, 2, 4, 8, 16)
@@ -53,27 +59,35 @@ def variants_for(n: int, variants) -> list[str]:
     return [v for v in variants if v != "fused" or n <= FUSED_MAX_N]
 
 
-def _fits(elements: int, warps: int, variant: str, direction: str, element_bytes: int) -> bool:
-    per_thread = elements // (32 * warps)
+def _fits(pieces: list[int], warps: int, variant: str, direction: str, element_bytes: int) -> bool:
+    """Every piece of the tile (elements) gives each thread whole 16-byte accesses; all of them together fit."""
+    threads = 32 * warps
     min_elements = 16 // element_bytes  # one 16-byte access
     max_elements = MAX_BYTES_PER_THREAD[variant, direction] // 4
-    return elements % (32 * warps) == 0 and min_elements <= per_thread <= max_elements
+    whole_accesses = all(p % threads == 0 and p // threads >= min_elements for p in pieces)
+    return whole_accesses and sum(pieces) <= max_elements * threads
+
+
+def _pieces(variant: str, direction: str, n: int, rows: int, block_n: int) -> list[int]:
+    tail = fused_tail_n(direction, n, block_n) if variant == "fused" else 0
+    return [rows * block_n] + ([rows * tail] if tail else [])
 
 
 def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list[LaunchConfig]:
     """Every configuration to try for one key, the heuristic one included (so a
     tuned entry is never slower than the default it replaces, as measured)."""
     if variant == "fused":
-        block_ns = [triton.next_power_of_2(n)]
+        # The forward may also split a non-power-of-two row into two pieces (fused_tail_n).
+        block_ns = sorted({next_power_of_2(n), prev_power_of_2(n) if direction == "fwd" else next_power_of_2(n)})
     else:
         # Chunks from a quarter of the row (but 512 is short enough for any row: each chunk
         # ends in a cross-warp reduction) up to the whole row.
-        row = triton.next_power_of_2(n)
+        row = next_power_of_2(n)
         block_ns = [b for b in TWO_PASS_BLOCK_N if min(512, row // 4) <= b <= row]
     tiles = [
         LaunchConfig(rows, block_n, warps)
         for block_n, rows, warps in itertools.product(block_ns, ROWS, WARPS)
-        if _fits(rows * block_n, warps, variant, direction, dtype.itemsize)
+        if _fits(_pieces(variant, direction, n, rows, block_n), warps, variant, direction, dtype.itemsize)
     ]
     if direction == "bwd":
         stages = FUSED_BWD_STAGES if variant == "fused" else (1,)

@@ -4,6 +4,8 @@ Runs twice under ``nox -s tests``: compiled on a GPU (full shapes) and in
 Triton's interpreter (same N, at most INTERPRETER_MAX_ROWS rows).
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -11,7 +13,13 @@ import kernels
 from harness.accuracy import errors, run_layer_norm
 from harness.cases.layer_norm import CORRECTNESS_CASES, LAYER_NORM_VARIANTS, LayerNormCase, interpreted
 from kernels.device import interpreter_mode
-from kernels.layer_norm.config import FUSED_MAX_N
+from kernels.layer_norm.config import (
+    FUSED_MAX_N,
+    fused_tail_n,
+    heuristic_config,
+    next_power_of_2,
+    prev_power_of_2,
+)
 from kernels.layer_norm.ops import gpu_of, layer_norm_fwd, select_variant
 
 pytestmark = pytest.mark.kernel
@@ -29,14 +37,32 @@ def _sized(case: LayerNormCase) -> LayerNormCase:
     return interpreted(case) if interpreter_mode() else case
 
 
-@pytest.mark.parametrize(("case", "variant"), list(_kernel_cases()))
-def test_kernel_matches_float64_reference(case, variant, kernel_device):
-    case = _sized(case)
-    for quantity, (got, ref) in run_layer_norm(case, variant, kernel_device).items():
+def _assert_matches_reference(case: LayerNormCase, results: dict) -> None:
+    for quantity, (got, ref) in results.items():
         atol, rtol = case.tolerance(quantity)
         abs_err, _ = errors(got, ref)
         print(f"{quantity}: max abs error {abs_err:.3e} (atol {atol:.1e}, rtol {rtol:.1e})")
         torch.testing.assert_close(got.double(), ref, atol=atol, rtol=rtol, msg=lambda m, q=quantity: f"{q}: {m}")
+
+
+@pytest.mark.parametrize(("case", "variant"), list(_kernel_cases()))
+def test_kernel_matches_float64_reference(case, variant, kernel_device):
+    case = _sized(case)
+    _assert_matches_reference(case, run_layer_norm(case, variant, kernel_device))
+
+
+@pytest.mark.parametrize("tile", ["whole row", "two pieces"])
+@pytest.mark.parametrize("n", [5000, 3000, 2049, 4097])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_forward_tile_whole_or_in_two_pieces(tile, n, dtype, kernel_device):
+    """Both tiles the fused forward can take for a non-power-of-two row, whichever the
+    launcher would pick: N rounded up to a power of two, or a power-of-two first piece
+    and a tail piece (fused_tail_n; 4097 = 4096 + 1, a tail of one column)."""
+    case = _sized(LayerNormCase(37, n, dtype, offset=1e3))
+    block_n = next_power_of_2(n) if tile == "whole row" else prev_power_of_2(n)
+    assert (fused_tail_n("fwd", n, block_n) > 0) == (tile == "two pieces")
+    cfg = dataclasses.replace(heuristic_config("fused", "fwd", case.torch_dtype, n), block_n=block_n)
+    _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, fwd_cfg=cfg))
 
 
 def _ref_autograd(x, normalized_shape, weight, bias, eps, dy):

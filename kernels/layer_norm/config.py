@@ -38,7 +38,7 @@ DIRECTIONS = ("fwd", "bwd")
 @dataclasses.dataclass(frozen=True)
 class LaunchConfig:
     block_m: int  # rows per program (per loop step for the persistent backward)
-    block_n: int  # columns per tile: >= N for fused, the chunk size for two_pass
+    block_n: int  # two_pass: the chunk; fused: the row's tile, or its first piece (fused_tail_n)
     num_warps: int
     programs_per_sm: int = 2  # backward only: persistent grid size
     # Fused backward only: 1 loads each row block when it is reached; n > 1 issues the
@@ -56,10 +56,35 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 0 else 1
 
 
+def prev_power_of_2(n: int) -> int:
+    return 1 << (n.bit_length() - 1) if n > 0 else 1
+
+
+def fused_tail_n(direction: str, n: int, block_n: int) -> int:
+    """Columns of the fused forward's second tile piece, past the first ``block_n``: 0 where
+    ``block_n`` holds the whole row, else the power of two that covers the rest. N = 5000
+    as 4096 + 1024 lanes (2% of them masked off) instead of 8192 (39%). The fused
+    backward's tile is always one piece, ``block_n >= N``."""
+    return next_power_of_2(n - block_n) if direction == "fwd" and block_n < n else 0
+
+
+def fused_block_n(direction: str, n: int) -> int:
+    """The heuristic's fused tile: N rounded up to a power of two, or, forward, N's largest
+    power-of-two piece where a tail piece covers the rest in fewer lanes (5000: 4096 + 1024)."""
+    whole, head = next_power_of_2(n), prev_power_of_2(n)
+    split = direction == "fwd" and head < n and head + fused_tail_n(direction, n, head) < whole
+    return head if split else whole
+
+
+def fused_lanes(direction: str, n: int) -> int:
+    block_n = fused_block_n(direction, n)
+    return block_n + fused_tail_n(direction, n, block_n)
+
+
 def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> str:
     """The kernel one launch runs. "auto" takes the variant the tune sweep measured faster
     for this key on this GPU class (an ``auto/...`` entry of the tuned table); without
-    one, fused unless padding N to a power of two masks off too many of its lanes.
+    one, fused unless its tile (``fused_lanes``) masks off too many lanes.
     Forward and backward resolve separately: both read the same saved statistics."""
     if variant not in VARIANTS:
         raise ValueError(f"layer_norm: unknown variant {variant!r}; choose one of {VARIANTS}")
@@ -68,7 +93,7 @@ def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gp
     tuned = _tuned_entry(tuned_key("auto", direction, dtype, n), gpu, os.environ.get(TUNED_ENV))
     if tuned is not None:
         return tuned["variant"]
-    padding = 1 - n / next_power_of_2(n)
+    padding = 1 - n / fused_lanes(direction, n)
     return "fused" if n <= FUSED_MAX_N and padding <= AUTO_MAX_PADDING else "two_pass"
 
 
@@ -86,11 +111,11 @@ def _warps_for(elements: int, per_thread: int) -> int:
 
 def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -> LaunchConfig:
     if variant == "fused":
-        block_n = next_power_of_2(n)
+        block_n, lanes = fused_block_n(direction, n), fused_lanes(direction, n)
     else:
-        block_n = min(next_power_of_2(n), 2048 if direction == "fwd" else 1024)
+        block_n = lanes = min(next_power_of_2(n), 2048 if direction == "fwd" else 1024)
     # Short rows: pack several per program so each has ~8K elements in flight.
-    block_m = max(1, min(16, 8192 // block_n)) if direction == "fwd" else max(1, min(8, 4096 // block_n))
+    block_m = prev_power_of_2(min(16, 8192 // lanes) if direction == "fwd" else min(8, 4096 // lanes))
     # The backward keeps x, dy, xhat and the dw/db sums live at once: give each
     # thread half as many elements so they fit in registers.
     per_thread = 16 if direction == "fwd" else 8

@@ -14,7 +14,15 @@ import triton
 
 from kernels.device import gpu_class, interpreter_mode, sm_count
 from kernels.layer_norm import triton_kernels as tk
-from kernels.layer_norm.config import FUSED_MAX_N, LaunchConfig, cdiv, launch_config, next_power_of_2, resolve_variant
+from kernels.layer_norm.config import (
+    FUSED_MAX_N,
+    LaunchConfig,
+    cdiv,
+    fused_tail_n,
+    launch_config,
+    next_power_of_2,
+    resolve_variant,
+)
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -127,7 +135,8 @@ def forward_launch(
         args=(x2, y, weight if weight is not None else x2, bias if bias is not None else x2,
               mean if mean is not None else x2, rstd if rstd is not None else x2, x2.stride(0), y.stride(0), m, n, eps),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, STORE_STATS=mean is not None,
-                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, y, weight, bias)),
+                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, y, weight, bias),
+                        **({"TAIL_N": fused_tail_n("fwd", n, cfg.block_n)} if variant == "fused" else {})),
         num_warps=cfg.num_warps,
     )  # fmt: skip
 

@@ -76,6 +76,27 @@ def _partial_rows(Partial, N, HAS_WEIGHT: tl.constexpr):
 
 
 @triton.jit
+def _piece(X, rows, row_ok, stride, start, N, WIDTH: tl.constexpr):
+    # Columns [start, start + WIDTH) of the rows, masked past N: (x as fp32, cols, column mask, mask).
+    cols = start + tl.arange(0, WIDTH)
+    col_ok = cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+    x = tl.load(X + _row_offsets(rows, stride) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    return x, cols, col_ok, mask
+
+
+@triton.jit
+def _store_affine(Y, W, B, rows, stride, cols, col_ok, mask, xhat, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    # y = xhat * w + b over the columns of one piece.
+    y = xhat
+    if HAS_WEIGHT:
+        y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + _row_offsets(rows, stride) + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def fused_fwd_kernel(
     X,  # input, [M, N], row stride stride_x, unit column stride
     Y,  # output, [M, N], row stride stride_y
@@ -92,31 +113,35 @@ def fused_fwd_kernel(
     HAS_BIAS: tl.constexpr,
     STORE_STATS: tl.constexpr,  # False for inference: nothing will read them
     BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # columns [0, BLOCK_N)
+    TAIL_N: tl.constexpr,  # 0, or columns [BLOCK_N, BLOCK_N + TAIL_N): N=5000 as 4096 + 1024, not 8192
     VEC: tl.constexpr,
 ):
     N, stride_x, stride_y = _aligned(N, VEC), _aligned(stride_x, VEC), _aligned(stride_y, VEC)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
     row_ok = rows < M
-    col_ok = cols < N
-    mask = row_ok[:, None] & col_ok[None, :]
-
-    x = tl.load(X + _row_offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x, cols, col_ok, mask = _piece(X, rows, row_ok, stride_x, 0, N, BLOCK_N)
+    if TAIL_N > 0:
+        x_t, cols_t, col_ok_t, mask_t = _piece(X, rows, row_ok, stride_x, BLOCK_N, N, TAIL_N)
     shift = tl.load(X + rows.to(tl.int64) * stride_x, mask=row_ok, other=0.0).to(tl.float32)
 
     # Statistics of the shifted row; masked columns contribute exact zeros.
     xs = tl.where(mask, x - shift[:, None], 0.0)
-    mean_s = _div(tl.sum(xs, axis=1), N)
+    total = tl.sum(xs, axis=1)
+    if TAIL_N > 0:
+        xs_t = tl.where(mask_t, x_t - shift[:, None], 0.0)
+        total += tl.sum(xs_t, axis=1)
+    mean_s = _div(total, N)
     xc = tl.where(mask, xs - mean_s[:, None], 0.0)
-    rstd = tl.rsqrt(_div(tl.sum(xc * xc, axis=1), N) + eps)
+    squares = tl.sum(xc * xc, axis=1)
+    if TAIL_N > 0:
+        xc_t = tl.where(mask_t, xs_t - mean_s[:, None], 0.0)
+        squares += tl.sum(xc_t * xc_t, axis=1)
+    rstd = tl.rsqrt(_div(squares, N) + eps)
 
-    y = xc * rstd[:, None]
-    if HAS_WEIGHT:
-        y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    if HAS_BIAS:
-        y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    tl.store(Y + _row_offsets(rows, stride_y) + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    _store_affine(Y, W, B, rows, stride_y, cols, col_ok, mask, xc * rstd[:, None], HAS_WEIGHT, HAS_BIAS)
+    if TAIL_N > 0:
+        _store_affine(Y, W, B, rows, stride_y, cols_t, col_ok_t, mask_t, xc_t * rstd[:, None], HAS_WEIGHT, HAS_BIAS)
     if STORE_STATS:
         tl.store(Mean + rows, shift + mean_s, mask=row_ok)
         tl.store(Rstd + rows, rstd, mask=row_ok)
@@ -144,10 +169,7 @@ def two_pass_fwd_kernel(
 ):
     N, stride_x, stride_y = _aligned(N, VEC), _aligned(stride_x, VEC), _aligned(stride_y, VEC)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
     row_ok = rows < M
-    x_rows = X + _row_offsets(rows, stride_x)
-    y_rows = Y + _row_offsets(rows, stride_y)
     shift = tl.load(X + rows.to(tl.int64) * stride_x, mask=row_ok, other=0.0).to(tl.float32)
 
     # Pass 1: per-chunk mean and centered sum of squares, merged with Chan's
@@ -155,9 +177,7 @@ def two_pass_fwd_kernel(
     mean_s = tl.zeros([BLOCK_M], dtype=tl.float32)
     m2 = tl.zeros([BLOCK_M], dtype=tl.float32)
     for start in range(0, N, BLOCK_N):
-        col_ok = start + cols < N
-        mask = row_ok[:, None] & col_ok[None, :]
-        x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x, _, _, mask = _piece(X, rows, row_ok, stride_x, start, N, BLOCK_N)
         xs = tl.where(mask, x - shift[:, None], 0.0)
         n_seen = start * 1.0  # as fp32
         n_chunk = tl.minimum(N - start, BLOCK_N) * 1.0
@@ -171,15 +191,9 @@ def two_pass_fwd_kernel(
 
     # Pass 2: normalize and apply the affine transform.
     for start in range(0, N, BLOCK_N):
-        col_ok = start + cols < N
-        mask = row_ok[:, None] & col_ok[None, :]
-        x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        y = ((x - shift[:, None]) - mean_s[:, None]) * rstd[:, None]
-        if HAS_WEIGHT:
-            y = y * tl.load(W + start + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-        if HAS_BIAS:
-            y = y + tl.load(B + start + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-        tl.store(y_rows + start + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        x, cols, col_ok, mask = _piece(X, rows, row_ok, stride_x, start, N, BLOCK_N)
+        xhat = ((x - shift[:, None]) - mean_s[:, None]) * rstd[:, None]
+        _store_affine(Y, W, B, rows, stride_y, cols, col_ok, mask, xhat, HAS_WEIGHT, HAS_BIAS)
     if STORE_STATS:
         tl.store(Mean + rows, shift + mean_s, mask=row_ok)
         tl.store(Rstd + rows, rstd, mask=row_ok)
