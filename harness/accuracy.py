@@ -18,16 +18,17 @@ def _poisoned(*shape_like):
 
 
 def run_layer_norm(
-    case: LayerNormCase, variant: str, device, fwd_cfg: LaunchConfig | None = None
+    case: LayerNormCase, variant: str, device, cfgs: dict[str, LaunchConfig] | None = None
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """{quantity: (kernel result, float64 reference)} on fresh random inputs; ``fwd_cfg``
-    overrides the forward's launch configuration."""
+    """{quantity: (kernel result, float64 reference)} on fresh random inputs; ``cfgs``
+    ({"fwd": ..., "bwd": ...}) overrides the launch configurations."""
+    cfgs = cfgs or {}
     x, w, b = case.make_inputs(device)
     dy = torch.randn_like(x)
     fwd, bwd = (select_variant(variant, direction, x.dtype, case.n, gpu_of(x)) for direction in ("fwd", "bwd"))
     mean_out = torch.empty(case.m, dtype=torch.float32, device=device)
-    y, mean, rstd = layer_norm_fwd(x, w, b, case.eps, fwd, out=_poisoned(x, mean_out, mean_out), cfg=fwd_cfg)
-    dx, dw, db = layer_norm_bwd(dy, x, w, b, mean, rstd, bwd, out=_poisoned(x, w, b))
+    y, mean, rstd = layer_norm_fwd(x, w, b, case.eps, fwd, out=_poisoned(x, mean_out, mean_out), cfg=cfgs.get("fwd"))
+    dx, dw, db = layer_norm_bwd(dy, x, w, b, mean, rstd, bwd, out=_poisoned(x, w, b), cfg=cfgs.get("bwd"))
     y_ref, dx_ref, dw_ref, db_ref, mean_ref, rstd_ref = layer_norm_ref(x, w, b, case.eps, dy)
     return {
         "y": (y, y_ref),

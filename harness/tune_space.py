@@ -68,8 +68,8 @@ def _fits(pieces: list[int], warps: int, variant: str, direction: str, element_b
     return whole_accesses and sum(pieces) <= max_elements * threads
 
 
-def _pieces(variant: str, direction: str, n: int, rows: int, block_n: int) -> list[int]:
-    tail = fused_tail_n(direction, n, block_n) if variant == "fused" else 0
+def _pieces(variant: str, n: int, rows: int, block_n: int) -> list[int]:
+    tail = fused_tail_n(n, block_n) if variant == "fused" else 0
     return [rows * block_n] + ([rows * tail] if tail else [])
 
 
@@ -77,8 +77,8 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
     """Every configuration to try for one key, the heuristic one included (so a
     tuned entry is never slower than the default it replaces, as measured)."""
     if variant == "fused":
-        # The forward may also split a non-power-of-two row into two pieces (fused_tail_n).
-        block_ns = sorted({next_power_of_2(n), prev_power_of_2(n) if direction == "fwd" else next_power_of_2(n)})
+        # A non-power-of-two row whole, or as two power-of-two pieces (fused_tail_n).
+        block_ns = sorted({next_power_of_2(n), prev_power_of_2(n)})
     else:
         # Chunks from a quarter of the row (but 512 is short enough for any row: each chunk
         # ends in a cross-warp reduction) up to the whole row.
@@ -87,7 +87,7 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
     tiles = [
         LaunchConfig(rows, block_n, warps)
         for block_n, rows, warps in itertools.product(block_ns, ROWS, WARPS)
-        if _fits(_pieces(variant, direction, n, rows, block_n), warps, variant, direction, dtype.itemsize)
+        if _fits(_pieces(variant, n, rows, block_n), warps, variant, direction, dtype.itemsize)
     ]
     if direction == "bwd":
         stages = FUSED_BWD_STAGES if variant == "fused" else (1,)

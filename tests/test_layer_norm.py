@@ -54,15 +54,18 @@ def test_kernel_matches_float64_reference(case, variant, kernel_device):
 @pytest.mark.parametrize("tile", ["whole row", "two pieces"])
 @pytest.mark.parametrize("n", [5000, 3000, 2049, 4097])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_fused_forward_tile_whole_or_in_two_pieces(tile, n, dtype, kernel_device):
-    """Both tiles the fused forward can take for a non-power-of-two row, whichever the
+def test_fused_tile_whole_or_in_two_pieces(tile, n, dtype, kernel_device):
+    """Both tiles the fused kernels can take for a non-power-of-two row, whichever the
     launcher would pick: N rounded up to a power of two, or a power-of-two first piece
     and a tail piece (fused_tail_n; 4097 = 4096 + 1, a tail of one column)."""
     case = _sized(LayerNormCase(37, n, dtype, offset=1e3))
     block_n = next_power_of_2(n) if tile == "whole row" else prev_power_of_2(n)
-    assert (fused_tail_n("fwd", n, block_n) > 0) == (tile == "two pieces")
-    cfg = dataclasses.replace(heuristic_config("fused", "fwd", case.torch_dtype, n), block_n=block_n)
-    _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, fwd_cfg=cfg))
+    assert (fused_tail_n(n, block_n) > 0) == (tile == "two pieces")
+    cfgs = {
+        d: dataclasses.replace(heuristic_config("fused", d, case.torch_dtype, n), block_n=block_n)
+        for d in ("fwd", "bwd")
+    }
+    _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, cfgs))
 
 
 def _ref_autograd(x, normalized_shape, weight, bias, eps, dy):

@@ -66,8 +66,8 @@ def test_candidates_are_sensible(variant, direction, dtype, n):
     dt = DTYPES[dtype]
     configs = candidates(variant, direction, dt, n)
     row = 1 << (n - 1).bit_length()
-    # The fused forward may split a non-power-of-two row: a power-of-two first piece, then a tail.
-    fused_tiles = {row, 1 << (n.bit_length() - 1)} if direction == "fwd" else {row}
+    # The fused kernels may split a non-power-of-two row: a power-of-two first piece, then a tail.
+    fused_tiles = {row, 1 << (n.bit_length() - 1)}
     assert len(configs) == len(set(configs)), "duplicates"
     assert heuristic_config(variant, direction, dt, n) in configs, "the default must be measured beside the others"
     assert len(configs) >= 3 and len({c.num_warps for c in configs}) >= 2
@@ -137,8 +137,8 @@ def test_merge_keeps_other_gpu_classes_and_keys(tmp_path, monkeypatch):
     )
     # auto follows the table's choice per direction, and the padding rule elsewhere.
     assert resolve_variant("auto", "bwd", torch.float32, 5000, "H200") == "fused"
-    assert resolve_variant("auto", "bwd", torch.float32, 5000, "H100") == "two_pass"  # 8192 lanes, 39% masked
     assert resolve_variant("auto", "fwd", torch.float32, 5000, "H200") == "fused"  # 4096 + 1024 lanes, 2% masked
+    assert resolve_variant("auto", "bwd", torch.float32, 17000, "H100") == "two_pass"  # past FUSED_MAX_N
     assert [key for _, key, _ in launch_entries(merged)] == [
         "fused/fwd/float32/4096",
         "fused/fwd/float32/1024",

@@ -136,7 +136,7 @@ def forward_launch(
               mean if mean is not None else x2, rstd if rstd is not None else x2, x2.stride(0), y.stride(0), m, n, eps),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, STORE_STATS=mean is not None,
                         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, y, weight, bias),
-                        **({"TAIL_N": fused_tail_n("fwd", n, cfg.block_n)} if variant == "fused" else {})),
+                        **({"TAIL_N": fused_tail_n(n, cfg.block_n)} if variant == "fused" else {})),
         num_warps=cfg.num_warps,
     )  # fmt: skip
 
@@ -160,7 +160,8 @@ def backward_launch(
               x2.stride(0), dy2.stride(0), dx.stride(0), m, n),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
                         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, dy2, dx, weight),
-                        **({"NUM_STAGES": cfg.num_stages} if variant == "fused" else {})),
+                        **({"TAIL_N": fused_tail_n(n, cfg.block_n), "NUM_STAGES": cfg.num_stages}
+                           if variant == "fused" else {})),
         num_warps=cfg.num_warps,
     )  # fmt: skip
     return launch, partial

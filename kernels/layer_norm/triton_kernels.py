@@ -27,8 +27,9 @@ programs by ``column_sum_kernel``, both slabs in one launch.
 
 Two families:
 
-* ``fused_*``: the whole row lives in registers (``BLOCK_N >= N``), so x is
-  read from memory exactly once.
+* ``fused_*``: the whole row lives in registers, so x is read from memory
+  exactly once. Its tile is one power-of-two piece, or two: ``BLOCK_N`` columns,
+  then ``TAIL_N`` (N = 5000 takes 4096 + 1024 lanes rather than 8192).
 * ``two_pass_*``: any N. The row is walked in ``BLOCK_N`` chunks twice: a
   statistics pass (chunk statistics merged with Chan's parallel formula),
   then a normalize pass. The second read mostly hits L2.
@@ -200,6 +201,28 @@ def two_pass_fwd_kernel(
 
 
 @triton.jit
+def _weight_piece(W, cols, col_ok, HAS_WEIGHT: tl.constexpr):
+    # Ones without a weight: g = dy * w is then dy itself, exactly.
+    if HAS_WEIGHT:
+        return tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    return tl.full(cols.shape, 1.0, tl.float32)
+
+
+@triton.jit
+def _store_dx(DX, rows, stride, cols, mask, g, xhat, c1, c2, rstd):
+    dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+    tl.store(DX + _row_offsets(rows, stride) + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _store_partials(dw_row, db_row, cols, col_ok, dw, db, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    if HAS_WEIGHT:
+        tl.store(dw_row + cols, dw, mask=col_ok)
+    if HAS_BIAS:
+        tl.store(db_row + cols, db, mask=col_ok)
+
+
+@triton.jit
 def fused_bwd_kernel(
     X,  # forward input, [M, N], row stride stride_x
     DY,  # output gradient, [M, N], row stride stride_dy
@@ -216,7 +239,8 @@ def fused_bwd_kernel(
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # columns [0, BLOCK_N)
+    TAIL_N: tl.constexpr,  # 0, or columns [BLOCK_N, BLOCK_N + TAIL_N), as in the forward
     VEC: tl.constexpr,
     NUM_STAGES: tl.constexpr,  # > 1: the next row blocks' x, dy load (cp.async) during this one's math
 ):
@@ -227,35 +251,47 @@ def fused_bwd_kernel(
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < N
-    if HAS_WEIGHT:
-        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    w = _weight_piece(W, cols, col_ok, HAS_WEIGHT)
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
     db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    if TAIL_N > 0:
+        cols_t = BLOCK_N + tl.arange(0, TAIL_N)
+        col_ok_t = cols_t < N
+        w_t = _weight_piece(W, cols_t, col_ok_t, HAS_WEIGHT)
+        dw_t = tl.zeros([TAIL_N], dtype=tl.float32)
+        db_t = tl.zeros([TAIL_N], dtype=tl.float32)
     for block in tl.range(pid, tl.cdiv(M, BLOCK_M), programs, num_stages=NUM_STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < M
-        mask = row_ok[:, None] & col_ok[None, :]
-        x = tl.load(X + _row_offsets(rows, stride_x) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + _row_offsets(rows, stride_dy) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x, _, _, mask = _piece(X, rows, row_ok, stride_x, 0, N, BLOCK_N)
+        dy, _, _, _ = _piece(DY, rows, row_ok, stride_dy, 0, N, BLOCK_N)
+        if TAIL_N > 0:
+            x_t, _, _, mask_t = _piece(X, rows, row_ok, stride_x, BLOCK_N, N, TAIL_N)
+            dy_t, _, _, _ = _piece(DY, rows, row_ok, stride_dy, BLOCK_N, N, TAIL_N)
         mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
         rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
         xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
-        g = dy
-        if HAS_WEIGHT:
-            g = dy * w[None, :]
-        c1 = _div(tl.sum(xhat * g, axis=1), N)
-        c2 = _div(tl.sum(g, axis=1), N)
-        dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
-        tl.store(DX + _row_offsets(rows, stride_dx) + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        if HAS_WEIGHT:
-            dw += tl.sum(dy * xhat, axis=0)
-        if HAS_BIAS:
-            db += tl.sum(dy, axis=0)
+        g = dy * w[None, :]
+        sum_xhat_g = tl.sum(xhat * g, axis=1)
+        sum_g = tl.sum(g, axis=1)
+        if TAIL_N > 0:
+            xhat_t = tl.where(mask_t, (x_t - mean[:, None]) * rstd[:, None], 0.0)
+            g_t = dy_t * w_t[None, :]
+            sum_xhat_g += tl.sum(xhat_t * g_t, axis=1)
+            sum_g += tl.sum(g_t, axis=1)
+        c1 = _div(sum_xhat_g, N)
+        c2 = _div(sum_g, N)
+        _store_dx(DX, rows, stride_dx, cols, mask, g, xhat, c1, c2, rstd)
+        dw += tl.sum(dy * xhat, axis=0)
+        db += tl.sum(dy, axis=0)
+        if TAIL_N > 0:
+            _store_dx(DX, rows, stride_dx, cols_t, mask_t, g_t, xhat_t, c1, c2, rstd)
+            dw_t += tl.sum(dy_t * xhat_t, axis=0)
+            db_t += tl.sum(dy_t, axis=0)
     dw_row, db_row = _partial_rows(Partial, N, HAS_WEIGHT)
-    if HAS_WEIGHT:
-        tl.store(dw_row + cols, dw, mask=col_ok)
-    if HAS_BIAS:
-        tl.store(db_row + cols, db, mask=col_ok)
+    _store_partials(dw_row, db_row, cols, col_ok, dw, db, HAS_WEIGHT, HAS_BIAS)
+    if TAIL_N > 0:
+        _store_partials(dw_row, db_row, cols_t, col_ok_t, dw_t, db_t, HAS_WEIGHT, HAS_BIAS)
 
 
 @triton.jit
@@ -289,7 +325,6 @@ def two_pass_bwd_kernel(
         row_ok = rows < M
         x_rows = X + _row_offsets(rows, stride_x)
         dy_rows = DY + _row_offsets(rows, stride_dy)
-        dx_rows = DX + _row_offsets(rows, stride_dx)
         mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
         rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
 
@@ -319,8 +354,7 @@ def two_pass_bwd_kernel(
             if HAS_WEIGHT:
                 g = dy * tl.load(W + start + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
             xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
-            dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
-            tl.store(dx_rows + start + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            _store_dx(DX, rows, stride_dx, start + cols, mask, g, xhat, c1, c2, rstd)
             # Each program owns its partial row, so plain read-modify-write is safe.
             if HAS_WEIGHT:
                 dw = tl.load(dw_row + start + cols, mask=col_ok, other=0.0)
