@@ -60,12 +60,13 @@ def variants_for(n: int, variants) -> list[str]:
 
 
 def _fits(pieces: list[int], warps: int, variant: str, direction: str, element_bytes: int) -> bool:
-    """Every piece of the tile (elements) gives each thread whole 16-byte accesses; all of them together fit."""
+    """The tile's first piece gives each thread whole 16-byte accesses, a tail piece (the row's
+    remainder) at least whole elements; all of them together fit."""
     threads = 32 * warps
     min_elements = 16 // element_bytes  # one 16-byte access
     max_elements = MAX_BYTES_PER_THREAD[variant, direction] // 4
-    whole_accesses = all(p % threads == 0 and p // threads >= min_elements for p in pieces)
-    return whole_accesses and sum(pieces) <= max_elements * threads
+    whole_elements = all(p % threads == 0 for p in pieces)
+    return whole_elements and pieces[0] // threads >= min_elements and sum(pieces) <= max_elements * threads
 
 
 def _pieces(variant: str, n: int, rows: int, block_n: int) -> list[int]:
