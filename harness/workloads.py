@@ -80,9 +80,10 @@ def batched(fn: Callable[[], object], rotate: int) -> Callable[[], None]:
     """``fn``, a workload cycling through ``rotate`` input sets, as the suite times a call's
     device time: one CUDA graph of ``max(rotate, BATCH_CALLS)`` back-to-back calls.
 
-    One graph replay timed by CUDA events also times its launch: 2.4-5.3 us beyond the
-    kernel's own duration (CUPTI) on an H200, 10% of a 64 MiB LayerNorm. Within a graph,
-    kernels follow each other as in a model's step, and that cost is spread over the batch.
+    One graph replay of one call timed by CUDA events also times its launch: 2.1-10 us
+    beyond the kernels' own durations (CUPTI) on an H200, ~10% of a 64-128 MiB LayerNorm;
+    batched, 0.2-1.8 us (docs/results/h200-2026-11-22-layer-norm-split-tile.md). Within a
+    graph, kernels follow each other as in a model's step.
     Rotated inputs keep later calls from reading what earlier ones left in L2.
     """
     return in_cuda_graphs(fn, calls=max(rotate, BATCH_CALLS))
