@@ -1,14 +1,16 @@
 """The launch configurations ``nox -s tune`` tries for each LayerNorm key.
 
-Wide enough to matter (rows per program, chunk size for two_pass, 1 to 16
-warps; for the backward the persistent grid size and, fused, how many row
-blocks' loads are in flight), pruned to tiles a memory-bound kernel can use
-well, so that every key of the benchmark suite tunes in minutes:
+Wide enough to matter (rows per program, chunk size for two_pass, for fused a
+non-power-of-two row whole or in two pieces, 1 to 16 warps; for the backward the
+persistent grid size and, fused, how many row blocks' loads are in flight),
+pruned to tiles a memory-bound kernel can use well, so that every key of the
+benchmark suite tunes in minutes:
 
-* each thread holds at least one 16-byte access of the tile (fewer elements
-  would leave lanes loading the same data twice), and at most
-  ``MAX_BYTES_PER_THREAD`` of input per tensor (past that the fp32 working set
-  no longer fits in registers at useful occupancy, and spills);
+* each thread holds at least one 16-byte access of the tile's first piece
+  (fewer elements would leave lanes loading the same data twice) and whole
+  elements of a tail piece, and at most ``MAX_BYTES_PER_THREAD`` of input per
+  tensor (past that the fp32 working set no longer fits in registers at
+  useful occupancy, and spills);
 * the backward's persistent grid never asks for more warps per SM than can be
   resident at once.
 
