@@ -20,6 +20,12 @@ def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+@functools.cache
+def supports_pdl(device_index: int) -> bool:
+    """Programmatic dependent launch (griddepcontrol): Hopper (sm_90) and newer."""
+    return torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
 def gpu_class(name: str) -> str:
     """The class a GPU's tuned configs and perf thresholds are filed under ("H100", "H200", ...)."""
     for cls in ("H200", "H100", "H20", "GH200", "A100", "L40S", "B200"):

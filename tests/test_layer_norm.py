@@ -20,7 +20,8 @@ from kernels.layer_norm.config import (
     next_power_of_2,
     prev_power_of_2,
 )
-from kernels.layer_norm.ops import gpu_of, layer_norm_fwd, select_variant
+from kernels.layer_norm.ops import gpu_of, layer_norm_fwd, pdl_of, select_variant
+from kernels.layer_norm.reference import layer_norm_ref
 
 pytestmark = pytest.mark.kernel
 
@@ -161,6 +162,79 @@ def test_nan_and_inf_propagate_like_torch(variant, kernel_device):
     assert torch.equal(torch.isnan(ours), torch.isnan(ref))
     assert torch.isnan(ours[1]).all() and torch.isnan(ours[2]).all()
     torch.testing.assert_close(ours[[0, 3]], ref[[0, 3]], atol=1e-5, rtol=0)
+
+
+CHAIN_DEPTH = 4
+
+
+def _chain(x, w, b, dy, variant):
+    """CHAIN_DEPTH LayerNorms, each normalizing the previous one's output, and the backward
+    through them: (each layer's input, its output, the gradient reaching its input)."""
+    ins, outs = [], []
+    h = x
+    for _ in range(CHAIN_DEPTH):
+        ins.append(h)
+        h = kernels.layer_norm(h, h.shape[-1], w, b, variant=variant)
+        outs.append(h)
+    return ins, outs, torch.autograd.grad(h, ins, dy)
+
+
+def _assert_each_layer_matches_reference(case, w, b, dy, ins, outs, grads):
+    # Layer by layer, from our own inputs: a layer that read its input before the previous
+    # kernel finished writing it fails here, however small the other layers' errors.
+    for i, (h, y, dh) in enumerate(zip(ins, outs, grads, strict=True)):
+        upstream = grads[i + 1] if i + 1 < len(grads) else dy
+        y_ref, dx_ref, *_ = layer_norm_ref(h, w, b, case.eps, upstream)
+        for name, got, ref in (("y", y, y_ref), ("dx", dh, dx_ref)):
+            atol, rtol = case.tolerance(name)
+            torch.testing.assert_close(
+                got.double(), ref, atol=atol, rtol=rtol, msg=lambda m, q=f"layer {i} {name}": f"{q}: {m}"
+            )
+
+
+def _chain_case() -> LayerNormCase:
+    # Many programs in several waves, so the next kernel could start before the last rows are written.
+    return _sized(LayerNormCase(4096, 1024, "float32"))
+
+
+@pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
+def test_dependent_calls_back_to_back(variant, kernel_device):
+    """Each call reads what the one before wrote. On sm_90+ every kernel is launched with
+    programmatic dependent launch, so it starts while its predecessor drains and must wait
+    (griddepcontrol.wait) before touching memory."""
+    case = _chain_case()
+    x, w, b = case.make_inputs(kernel_device, requires_grad=True)
+    dy = torch.randn_like(x)
+    print(f"programmatic dependent launch: {pdl_of(x)}")
+    _assert_each_layer_matches_reference(case, w, b, dy, *_chain(x, w, b, dy, variant))
+
+
+@pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
+def test_dependent_calls_in_a_cuda_graph(variant, cuda_device):
+    """The same chain captured in a CUDA graph, where kernels follow each other with the least
+    gap (the benchmarks time calls so), replayed on fresh inputs."""
+    case = _chain_case()
+    x, w, b = case.make_inputs(cuda_device, requires_grad=True)
+    dy = torch.randn_like(x)
+    side = torch.cuda.Stream()  # torch's recipe: warm up on a side stream, then capture
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _chain(x, w, b, dy, variant)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = _chain(x, w, b, dy, variant)
+    # Detached views of the graph's outputs: poisoned and read below without autograd's view checks.
+    captured = [[t.detach() for t in tensors] for tensors in captured]
+    for fresh in (case.make_inputs(cuda_device) for _ in range(2)):
+        with torch.no_grad():
+            for static, new in zip((x, w, b), fresh, strict=True):
+                static.copy_(new)
+            dy.normal_()
+            for t in (*captured[1], *captured[2]):
+                t.fill_(float("nan"))  # poisoned: an element the replay does not write fails
+        graph.replay()
+        _assert_each_layer_matches_reference(case, w, b, dy, *captured)
 
 
 # --- bad input: a clear error naming the problem, before any launch ---------

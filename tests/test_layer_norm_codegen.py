@@ -16,24 +16,28 @@ from harness.cases.layer_norm import BENCH_SHAPES, DTYPES
 from harness.codegen import compile_sm90, resource_usage, sass
 from kernels.device import interpreter_mode
 from kernels.layer_norm.config import LaunchConfig, launch_config, launch_entries, read_tuned_table, tuned_file
-from kernels.layer_norm.ops import backward_launch, forward_launch, select_variant
+from kernels.layer_norm.ops import backward_launch, column_sum_launch, forward_launch, select_variant
 
 pytestmark = pytest.mark.skipif(interpreter_mode(), reason="ahead-of-time compile: runs in the compiled pytest process")
+
+
+def _meta_launch(variant: str, direction: str, m: int, n: int, dt: torch.dtype, cfg: LaunchConfig):
+    """The launch the runtime would build, on meta tensors; ``column_sum`` is the backward's second kernel."""
+    x = torch.empty(m, n, dtype=dt, device="meta")
+    w = torch.empty(n, dtype=dt, device="meta")
+    stats = torch.empty(m, dtype=torch.float32, device="meta")
+    if direction == "fwd":
+        return forward_launch(x, w, w, 1e-5, variant, x, stats, stats, cfg)
+    launch, partial = backward_launch(x, x, w, w, stats, stats, "fused" if variant == "column_sum" else variant, x, cfg)
+    return column_sum_launch(partial, [w, w]) if variant == "column_sum" else launch
 
 
 @functools.cache
 def _compiled(variant: str, direction: str, m: int, n: int, dtype: str, cfg: LaunchConfig | None = None):
     """(SASS, resource usage, the launch's configuration: ``cfg``, else the launcher's own)."""
     dt = DTYPES[dtype]
-    x = torch.empty(m, n, dtype=dt, device="meta")
-    w = torch.empty(n, dtype=dt, device="meta")
-    stats = torch.empty(m, dtype=torch.float32, device="meta")
     cfg = cfg or launch_config(variant, direction, dt, n, None)
-    if direction == "fwd":
-        launch = forward_launch(x, w, w, 1e-5, variant, x, stats, stats, cfg)
-    else:
-        launch = backward_launch(x, x, w, w, stats, stats, variant, x, cfg)[0]
-    cubin = compile_sm90(launch).asm["cubin"]
+    cubin = compile_sm90(_meta_launch(variant, direction, m, n, dt, cfg)).asm["cubin"]
     return sass(cubin), resource_usage(cubin), cfg
 
 
@@ -107,3 +111,19 @@ def test_pipelined_fused_backward_loads_ahead_through_shared_memory(dtype):
         code, usage, _ = _compiled("fused", "bwd", 4096, 8192, dtype, cfg)
         assert ("LDGSTS.E.BYPASS.128" in code) == async_copies, f"num_stages={stages}"
         _assert_no_spills(code, usage, f"num_stages={stages}")
+
+
+@pytest.mark.parametrize(("variant", "direction"), [("fused", "fwd"), ("two_pass", "fwd"), ("column_sum", "bwd")])
+def test_kernels_wait_for_their_predecessor_before_touching_memory(variant, direction):
+    # Launched with programmatic dependent launch, a kernel runs while the previous one in the
+    # stream drains: griddepcontrol.wait (ACQBULK) must come before every global load or store.
+    # (The persistent backward kernels launch without it: backward_launch says why.)
+    cfg = launch_config("fused" if variant == "column_sum" else variant, direction, torch.float32, 4096, None)
+    code, _, _ = _compiled(variant, direction, 4096, 4096, "float32", cfg)
+    instructions = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", code)
+    wait = instructions.index("ACQBULK")
+    memory = [i for i, op in enumerate(instructions) if re.match(r"(LDG|STG|LDGSTS|RED|ATOMG)\b", op)]
+    assert memory and wait < memory[0], (
+        f"global memory accessed before griddepcontrol.wait: {instructions[: memory[0] + 1]}"
+    )
+    assert "PREEXIT" in instructions, "the next kernel is never let to launch early (griddepcontrol.launch_dependents)"

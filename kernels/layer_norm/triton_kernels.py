@@ -36,10 +36,26 @@ Two families:
 
 Both families process ``BLOCK_M`` rows per program, so short rows still give
 each program enough bytes in flight.
+
+The forwards and the column sum take ``PDL``: launched with programmatic dependent
+launch (sm_90+), such a kernel is scheduled while the previous one in the stream
+drains and waits for it before touching memory (``_await_previous_kernel``), which
+hides the launch gap between back-to-back kernels.
 """
 
 import triton
 import triton.language as tl
+from triton.language.extra import cuda as tl_cuda
+
+
+@triton.jit
+def _await_previous_kernel(PDL: tl.constexpr):
+    # Programmatic dependent launch (sm_90+, launched with launch_pdl): the grid may start while
+    # the stream's previous kernel drains, so nothing is read or written before that kernel has
+    # finished; then the next kernel may start launching likewise.
+    if PDL:
+        tl_cuda.gdc_wait()
+        tl_cuda.gdc_launch_dependents()
 
 
 @triton.jit
@@ -117,7 +133,9 @@ def fused_fwd_kernel(
     BLOCK_N: tl.constexpr,  # columns [0, BLOCK_N)
     TAIL_N: tl.constexpr,  # 0, or columns [BLOCK_N, BLOCK_N + TAIL_N): N=5000 as 4096 + 1024, not 8192
     VEC: tl.constexpr,
+    PDL: tl.constexpr,  # launched with launch_pdl (sm_90+): see _await_previous_kernel
 ):
+    _await_previous_kernel(PDL)
     N, stride_x, stride_y = _aligned(N, VEC), _aligned(stride_x, VEC), _aligned(stride_y, VEC)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < M
@@ -167,7 +185,9 @@ def two_pass_fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     VEC: tl.constexpr,
+    PDL: tl.constexpr,  # launched with launch_pdl (sm_90+): see _await_previous_kernel
 ):
+    _await_previous_kernel(PDL)
     N, stride_x, stride_y = _aligned(N, VEC), _aligned(stride_x, VEC), _aligned(stride_y, VEC)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < M
@@ -373,7 +393,9 @@ def column_sum_kernel(
     N,
     BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr,  # launched with launch_pdl (sm_90+): see _await_previous_kernel
 ):
+    _await_previous_kernel(PDL)
     slab = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
