@@ -147,9 +147,8 @@ def forward_launch(
         args=(x2, y, weight if weight is not None else x2, bias if bias is not None else x2,
               mean if mean is not None else x2, rstd if rstd is not None else x2, x2.stride(0), y.stride(0), m, n, eps),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, STORE_STATS=mean is not None,
-                        PDL=pdl_of(x2),
                         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, y, weight, bias),
-                        **({"TAIL_N": fused_tail_n(n, cfg.block_n)} if variant == "fused" else {})),
+                        **({"TAIL_N": fused_tail_n(n, cfg.block_n), "PDL": pdl_of(x2)} if variant == "fused" else {})),
         num_warps=cfg.num_warps,
     )  # fmt: skip
 
@@ -161,7 +160,8 @@ def backward_launch(
 
     A persistent grid, launched without programmatic dependent launch: started early, onto SMs
     still busy with the previous kernel, its programs can double up on some SMs while others
-    idle (the backward measured up to 1.18x slower so on an H200)."""
+    idle (the backward measured up to 1.18x slower so on an H200; triton_kernels says which
+    kernels take PDL)."""
     m, n = x2.shape
     cfg = cfg or launch_config(variant, "bwd", x2.dtype, n, gpu_of(x2))
     programs = max(1, min(cdiv(m, cfg.block_m), _sms(x2) * cfg.programs_per_sm))
