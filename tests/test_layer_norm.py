@@ -199,9 +199,9 @@ def _chain_case() -> LayerNormCase:
 
 @pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
 def test_dependent_calls_back_to_back(variant, kernel_device):
-    """Each call reads what the one before wrote. On sm_90+ every kernel is launched with
-    programmatic dependent launch, so it starts while its predecessor drains and must wait
-    (griddepcontrol.wait) before touching memory."""
+    """Each call reads what the one before wrote. On sm_90+ the fused forward and the column sum
+    are launched with programmatic dependent launch: they start while their predecessor drains
+    and must wait (griddepcontrol.wait) before touching memory."""
     case = _chain_case()
     x, w, b = case.make_inputs(kernel_device, requires_grad=True)
     dy = torch.randn_like(x)
