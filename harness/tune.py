@@ -161,9 +161,16 @@ def time_configs(key: Key, tensors: CaseTensors, configs, warmup_ms: float, rep_
     return out
 
 
-def _cfg_cells(cfg: LaunchConfig, direction: str) -> str:
-    programs = f" | {cfg.programs_per_sm} | {cfg.num_stages}" if direction == "bwd" else ""
-    return f"{cfg.block_m} | {cfg.block_n} | {cfg.num_warps}{programs}"
+def _option_columns(key: Key) -> dict[str, str]:
+    """{column heading: LaunchConfig field} of the options this key's kernel takes beyond the tile."""
+    if key.direction == "bwd":
+        return {"programs/SM": "programs_per_sm", "stages": "num_stages"}
+    return {"preload w, b": "preload_affine", "one reduction": "single_reduction"} if key.variant == "fused" else {}
+
+
+def _cfg_cells(cfg: LaunchConfig, key: Key) -> str:
+    options = "".join(f" | {int(getattr(cfg, field))}" for field in _option_columns(key).values())
+    return f"{cfg.block_m} | {cfg.block_n} | {cfg.num_warps}{options}"
 
 
 def print_seed_table(measured: list[Measurement], dropped: dict[LaunchConfig, str], gpu: str) -> None:
@@ -184,17 +191,17 @@ def print_seed_table(measured: list[Measurement], dropped: dict[LaunchConfig, st
 def print_key_table(key: Key, measured: list[Measurement], ranked, default: LaunchConfig, top: int) -> None:
     cases = sorted({m.case for m in measured}, key=lambda c: c.m)
     by = {(m.cfg, m.case): m for m in measured}
-    programs = " programs/SM | stages |" if key.direction == "bwd" else ""
+    options = _option_columns(key)
     heads = "".join(f" {c.m}x{c.n} ms (GB/s) |" for c in cases)
     print(f"\n{key.name}: {len(ranked)} configurations, {top} fastest by geometric mean (and the heuristic)")
-    print(f"| BLOCK_M | BLOCK_N | num_warps |{programs}{heads} geomean ms |")
-    print("|---" * (4 + 2 * (key.direction == "bwd") + len(cases)) + "|")
+    print(f"| BLOCK_M | BLOCK_N | num_warps |{''.join(f' {h} |' for h in options)}{heads} geomean ms |")
+    print("|---" * (4 + len(options) + len(cases)) + "|")
     shown = ranked[:top] + [r for r in ranked[top:] if r[0] == default]
     for cfg, geomean in shown:
         cells = "".join(f" {by[cfg, c].ms:.4f} ({by[cfg, c].gbps:.0f}) |" for c in cases)
         mark = " best" if cfg == ranked[0][0] else ""
         mark += " heuristic" if cfg == default else ""
-        print(f"| {_cfg_cells(cfg, key.direction)} |{cells} {geomean:.4f}{mark} |")
+        print(f"| {_cfg_cells(cfg, key)} |{cells} {geomean:.4f}{mark} |")
     heuristic = dict(ranked).get(default)
     if heuristic:
         print(f"best vs heuristic: {heuristic / ranked[0][1]:.3f}x")

@@ -1,8 +1,9 @@
 """The launch configurations ``nox -s tune`` tries for each LayerNorm key.
 
 Wide enough to matter (rows per program, chunk size for two_pass, for fused a
-non-power-of-two row whole or in two pieces, 1 to 16 warps; for the backward the
-persistent grid size and, fused, how many row blocks' loads are in flight),
+non-power-of-two row whole or in two pieces, 1 to 16 warps; for the fused forward
+whether w and b load up front and, 16-bit, the statistics in one reduction; for the
+backward the persistent grid size and, fused, how many row blocks' loads are in flight),
 pruned to tiles a memory-bound kernel can use well, so that every key of the
 benchmark suite tunes in minutes:
 
@@ -100,6 +101,16 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
             for programs in PROGRAMS_PER_SM
             for num_stages in stages
             if programs * t.num_warps <= MAX_RESIDENT_WARPS
+        ]
+    if variant == "fused" and direction == "fwd":
+        # Both pay in registers what they save in latency; which wins depends on the tile (on an
+        # H200 each was 0.84-1.09x the plain kernel, docs/results/h200-2026-11-22-layer-norm-fwd-options.md).
+        singles = (False, True) if dtype.itemsize == 2 else (False,)  # fp32: too inexact
+        tiles = [
+            dataclasses.replace(t, preload_affine=preload, single_reduction=single)
+            for t in tiles
+            for preload in (False, True)
+            for single in singles
         ]
     default = heuristic_config(variant, direction, dtype, n)
     return tiles if default in tiles else [*tiles, default]

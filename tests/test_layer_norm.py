@@ -69,6 +69,35 @@ def test_fused_tile_whole_or_in_two_pieces(tile, n, dtype, kernel_device):
     _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, cfgs))
 
 
+def _forward_options():
+    for dtype in ("float32", "bfloat16", "float16"):
+        for preload_affine in (False, True):
+            for single_reduction in (False, True) if dtype != "float32" else (False,):
+                name = f"{dtype}-preload{int(preload_affine)}-single{int(single_reduction)}"
+                yield pytest.param(dtype, preload_affine, single_reduction, id=name)
+
+
+@pytest.mark.parametrize("n", [4096, 5000])
+@pytest.mark.parametrize(("dtype", "preload_affine", "single_reduction"), list(_forward_options()))
+def test_fused_forward_options(dtype, preload_affine, single_reduction, n, kernel_device):
+    """The fused forward's tunable options on large-mean rows, where a variance from the sum of
+    squares cancels the most; 5000 also takes the tail piece (4096 + 1024)."""
+    case = _sized(LayerNormCase(37, n, dtype, offset=1e3))
+    cfg = dataclasses.replace(
+        heuristic_config("fused", "fwd", case.torch_dtype, n),
+        preload_affine=preload_affine,
+        single_reduction=single_reduction,
+    )
+    _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, {"fwd": cfg}))
+
+
+def test_single_reduction_is_refused_for_float32():
+    x = torch.randn(4, 64)
+    cfg = dataclasses.replace(heuristic_config("fused", "fwd", x.dtype, 64), single_reduction=True)
+    with pytest.raises(ValueError, match=r"single_reduction.*16-bit"):
+        layer_norm_fwd(x, None, None, 1e-5, "fused", cfg=cfg)
+
+
 def _ref_autograd(x, normalized_shape, weight, bias, eps, dy):
     leaves = [t.detach().double().requires_grad_() if t is not None else None for t in (x, weight, bias)]
     y = torch.nn.functional.layer_norm(leaves[0], normalized_shape, leaves[1], leaves[2], eps)

@@ -113,6 +113,25 @@ def test_pipelined_fused_backward_loads_ahead_through_shared_memory(dtype):
         _assert_no_spills(code, usage, f"num_stages={stages}")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_forward_options_change_the_code_as_intended(dtype):
+    # preload_affine issues the w and b loads before the statistics' first cross-warp exchange
+    # (BAR.SYNC), not after the last; single_reduction leaves one exchange where there were two.
+    def compiled(**options):
+        cfg = LaunchConfig(1, 4096, 8, **options)
+        code, usage, _ = _compiled("fused", "fwd", 4096, 4096, dtype, cfg)
+        _assert_no_spills(code, usage, str(cfg))
+        instructions = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", code)
+        barriers = [i for i, op in enumerate(instructions) if op.startswith("BAR.SYNC")]
+        return instructions[: barriers[0]].count("LDG.E.128"), len(barriers)
+
+    x_loads = 4096 * DTYPES[dtype].itemsize // 16 // (32 * 8)  # 16-byte loads per thread
+    assert compiled()[0] == x_loads
+    assert compiled(preload_affine=True)[0] == 3 * x_loads, "w and b no longer load with x"
+    if dtype != "float32":
+        assert compiled(single_reduction=True)[1] < compiled()[1]
+
+
 @pytest.mark.parametrize(("variant", "direction"), [("fused", "fwd"), ("column_sum", "bwd")])
 def test_kernels_wait_for_their_predecessor_before_touching_memory(variant, direction):
     # Launched with programmatic dependent launch, a kernel runs while the previous one in the

@@ -84,6 +84,10 @@ def test_candidates_are_sensible(variant, direction, dtype, n):
     # Only the fused backward pipelines its loads; elsewhere num_stages would be ignored.
     pipelined = variant == "fused" and direction == "bwd"
     assert ({c.num_stages for c in configs} != {1}) == pipelined
+    # The fused forward's options; one reduction only where it is exact enough (16-bit).
+    fused_fwd = variant == "fused" and direction == "fwd"
+    assert {c.preload_affine for c in configs} == ({False, True} if fused_fwd else {False})
+    assert {c.single_reduction for c in configs} == ({False, True} if fused_fwd and dtype != "float32" else {False})
 
 
 def _m(case, cfg, ms):
@@ -158,11 +162,12 @@ def test_auto_picks_the_variant_with_the_faster_best_config():
     assert tune.auto_choices(best) == {"auto/fwd/float32/5000": "two_pass", "auto/bwd/float32/5000": "fused"}
 
 
-def test_default_run_is_estimated_within_five_minutes_on_14_processes():
+def test_default_run_is_estimated_within_six_minutes_on_14_processes():
+    # A full sweep fits one device-tool command (10 min) with room for the tests after it.
     args = tune.parse_args(["--jobs", "14"])
     keys = tune.plan(args.variants, args.directions, args.dtypes, args.shapes)
     est = tune.estimate_s(keys, True, args.jobs, args.rep_ms, args.warmup_ms)
-    assert est["compile_s"] + est["time_s"] <= 300, est
+    assert est["compile_s"] + est["time_s"] <= 360, est
 
 
 def test_plan_runs_without_a_gpu(capsys):

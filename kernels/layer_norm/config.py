@@ -44,6 +44,12 @@ class LaunchConfig:
     # Fused backward only: 1 loads each row block when it is reached; n > 1 issues the
     # loads n - 1 blocks ahead, through shared memory, so they overlap the row reductions.
     num_stages: int = 1
+    # Fused forward only: load w and b with x, so their latency overlaps x's rather than following
+    # the statistics (more registers held through the reductions).
+    preload_affine: bool = False
+    # Fused forward, 16-bit inputs only: the row's sum and sum of squares in one reduction
+    # (one cross-warp exchange instead of two; too inexact for fp32's tolerance).
+    single_reduction: bool = False
 
 
 # Host-side integer helpers. triton.cdiv and triton.next_power_of_2 are

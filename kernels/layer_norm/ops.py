@@ -141,6 +141,14 @@ def forward_launch(
     tuned/heuristic configuration (the tuner sweeps it)."""
     m, n = x2.shape
     cfg = cfg or launch_config(variant, "fwd", x2.dtype, n, gpu_of(x2))
+    if cfg.single_reduction and x2.dtype == torch.float32:
+        raise ValueError(f"layer_norm: {cfg} asks for single_reduction, which is for 16-bit inputs only, got float32")
+    fused_only = dict(
+        TAIL_N=fused_tail_n(n, cfg.block_n),
+        PDL=pdl_of(x2),
+        PRELOAD_AFFINE=cfg.preload_affine,
+        SINGLE_REDUCTION=cfg.single_reduction,
+    )
     return Launch(
         kernel=_FWD_KERNELS[variant],
         grid=(cdiv(m, cfg.block_m),),
@@ -148,7 +156,7 @@ def forward_launch(
               mean if mean is not None else x2, rstd if rstd is not None else x2, x2.stride(0), y.stride(0), m, n, eps),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, STORE_STATS=mean is not None,
                         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, y, weight, bias),
-                        **({"TAIL_N": fused_tail_n(n, cfg.block_n), "PDL": pdl_of(x2)} if variant == "fused" else {})),
+                        **(fused_only if variant == "fused" else {})),
         num_warps=cfg.num_warps,
     )  # fmt: skip
 

@@ -37,6 +37,11 @@ Two families:
 Both families process ``BLOCK_M`` rows per program, so short rows still give
 each program enough bytes in flight.
 
+The fused forward takes two options, chosen per configuration by the tuner since each
+trades registers (programs per SM) for latency: ``PRELOAD_AFFINE`` loads w and b with x
+instead of after the statistics; ``SINGLE_REDUCTION`` (16-bit inputs) takes the sum and
+the sum of squares of the shifted row in one cross-warp exchange instead of two.
+
 The fused forward and the column sum take ``PDL``: launched with programmatic
 dependent launch (sm_90+), such a kernel is scheduled while the previous one in the
 stream drains and waits for it before touching memory (``_await_previous_kernel``),
@@ -106,14 +111,40 @@ def _piece(X, rows, row_ok, stride, start, N, WIDTH: tl.constexpr):
 
 
 @triton.jit
-def _store_affine(Y, W, B, rows, stride, cols, col_ok, mask, xhat, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    # y = xhat * w + b over the columns of one piece.
-    y = xhat
+def _affine_params(W, B, cols, col_ok, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    # (w, b) over the columns of one piece, as stored (1 and 0 where absent).
+    w = tl.full(cols.shape, 1.0, tl.float32)
+    b = tl.zeros(cols.shape, tl.float32)
     if HAS_WEIGHT:
-        y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        w = tl.load(W + cols, mask=col_ok, other=0.0)
     if HAS_BIAS:
-        y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        b = tl.load(B + cols, mask=col_ok, other=0.0)
+    return w, b
+
+
+@triton.jit
+def _store_affine(Y, rows, stride, cols, mask, xhat, w, b):
+    # y = xhat * w + b over the columns of one piece.
+    y = xhat * w.to(tl.float32)[None, :] + b.to(tl.float32)[None, :]
     tl.store(Y + _row_offsets(rows, stride) + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _sum_pair(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
+def _shifted_sums(x, mask, shift, SINGLE_REDUCTION: tl.constexpr):
+    # (x - shift, its row sums, and with SINGLE_REDUCTION its row sums of squares, in the same
+    # cross-warp exchange); masked columns contribute exact zeros.
+    xs = tl.where(mask, x - shift[:, None], 0.0)
+    if SINGLE_REDUCTION:
+        total, squares = tl.reduce((xs, xs * xs), 1, _sum_pair)
+    else:
+        total = tl.sum(xs, axis=1)
+        squares = tl.zeros_like(total)
+    return xs, total, squares
 
 
 @triton.jit
@@ -137,6 +168,8 @@ def fused_fwd_kernel(
     TAIL_N: tl.constexpr,  # 0, or columns [BLOCK_N, BLOCK_N + TAIL_N): N=5000 as 4096 + 1024, not 8192
     VEC: tl.constexpr,
     PDL: tl.constexpr,  # launched with launch_pdl (sm_90+): see _await_previous_kernel
+    PRELOAD_AFFINE: tl.constexpr,  # load w and b with x rather than after the statistics
+    SINGLE_REDUCTION: tl.constexpr,  # 16-bit inputs only: sum and sum of squares in one reduction
 ):
     _await_previous_kernel(PDL)
     N, stride_x, stride_y = _aligned(N, VEC), _aligned(stride_x, VEC), _aligned(stride_y, VEC)
@@ -146,24 +179,41 @@ def fused_fwd_kernel(
     if TAIL_N > 0:
         x_t, cols_t, col_ok_t, mask_t = _piece(X, rows, row_ok, stride_x, BLOCK_N, N, TAIL_N)
     shift = tl.load(X + rows.to(tl.int64) * stride_x, mask=row_ok, other=0.0).to(tl.float32)
+    if PRELOAD_AFFINE:
+        # In flight with x: their L2 latency no longer follows the statistics, at the cost of
+        # holding them in registers through the reductions.
+        w, b = _affine_params(W, B, cols, col_ok, HAS_WEIGHT, HAS_BIAS)
+        if TAIL_N > 0:
+            w_t, b_t = _affine_params(W, B, cols_t, col_ok_t, HAS_WEIGHT, HAS_BIAS)
 
-    # Statistics of the shifted row; masked columns contribute exact zeros.
-    xs = tl.where(mask, x - shift[:, None], 0.0)
-    total = tl.sum(xs, axis=1)
+    # Statistics of the shifted row.
+    xs, total, squares = _shifted_sums(x, mask, shift, SINGLE_REDUCTION)
     if TAIL_N > 0:
-        xs_t = tl.where(mask_t, x_t - shift[:, None], 0.0)
-        total += tl.sum(xs_t, axis=1)
+        xs_t, total_t, squares_t = _shifted_sums(x_t, mask_t, shift, SINGLE_REDUCTION)
+        total += total_t
+        squares += squares_t
     mean_s = _div(total, N)
     xc = tl.where(mask, xs - mean_s[:, None], 0.0)
-    squares = tl.sum(xc * xc, axis=1)
     if TAIL_N > 0:
         xc_t = tl.where(mask_t, xs_t - mean_s[:, None], 0.0)
-        squares += tl.sum(xc_t * xc_t, axis=1)
-    rstd = tl.rsqrt(_div(squares, N) + eps)
+    if SINGLE_REDUCTION:
+        # E[xs^2] - mean_s^2 cancels a few bits (|mean_s| is of the order of the row's spread):
+        # far below a 16-bit output's rounding, not below fp32's ~1e-6.
+        var = tl.maximum(_div(squares, N) - mean_s * mean_s, 0.0)
+    else:
+        squares = tl.sum(xc * xc, axis=1)
+        if TAIL_N > 0:
+            squares += tl.sum(xc_t * xc_t, axis=1)
+        var = _div(squares, N)
+    rstd = tl.rsqrt(var + eps)
 
-    _store_affine(Y, W, B, rows, stride_y, cols, col_ok, mask, xc * rstd[:, None], HAS_WEIGHT, HAS_BIAS)
+    if not PRELOAD_AFFINE:
+        w, b = _affine_params(W, B, cols, col_ok, HAS_WEIGHT, HAS_BIAS)
+        if TAIL_N > 0:
+            w_t, b_t = _affine_params(W, B, cols_t, col_ok_t, HAS_WEIGHT, HAS_BIAS)
+    _store_affine(Y, rows, stride_y, cols, mask, xc * rstd[:, None], w, b)
     if TAIL_N > 0:
-        _store_affine(Y, W, B, rows, stride_y, cols_t, col_ok_t, mask_t, xc_t * rstd[:, None], HAS_WEIGHT, HAS_BIAS)
+        _store_affine(Y, rows, stride_y, cols_t, mask_t, xc_t * rstd[:, None], w_t, b_t)
     if STORE_STATS:
         tl.store(Mean + rows, shift + mean_s, mask=row_ok)
         tl.store(Rstd + rows, rstd, mask=row_ok)
@@ -215,7 +265,7 @@ def two_pass_fwd_kernel(
     for start in range(0, N, BLOCK_N):
         x, cols, col_ok, mask = _piece(X, rows, row_ok, stride_x, start, N, BLOCK_N)
         xhat = ((x - shift[:, None]) - mean_s[:, None]) * rstd[:, None]
-        _store_affine(Y, W, B, rows, stride_y, cols, col_ok, mask, xhat, HAS_WEIGHT, HAS_BIAS)
+        _store_affine(Y, rows, stride_y, cols, mask, xhat, *_affine_params(W, B, cols, col_ok, HAS_WEIGHT, HAS_BIAS))
     if STORE_STATS:
         tl.store(Mean + rows, shift + mean_s, mask=row_ok)
         tl.store(Rstd + rows, rstd, mask=row_ok)
