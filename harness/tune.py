@@ -14,9 +14,13 @@ The default run:
 
 Candidates (harness.tune_space) are first compiled in parallel
 (harness.tune_compile), dropping those that spill or do not fit, then timed
-one by one in this process with ``harness.timing.median_ms``. The backward is
-timed as the whole ``layer_norm_bwd`` (main kernel, partial buffer, column
-sums), since programs_per_sm changes the column-sum work too.
+one by one in this process as the suite times a call: ``harness.timing.median_ms``
+of a CUDA graph of back-to-back calls on rotated input sets
+(``harness.workloads.batched``). Timing single launches instead would add the
+launch latency to every candidate, as large as a small case's kernel, and rank
+them by noise there. The backward is timed as the whole ``layer_norm_bwd``
+(main kernel, partial buffer, column sums), since programs_per_sm changes the
+column-sum work too.
 
 ``--plan`` prints what would run and the time estimate, without a GPU.
 """
@@ -35,6 +39,7 @@ from harness import timing
 from harness.cases.layer_norm import BENCH_DTYPES, DTYPES, LayerNormCase, bench_case, shape_names
 from harness.parallel import default_jobs
 from harness.tune_space import SEED_SHAPE, candidates, compile_unit, compile_units, seed_configs, variants_for
+from harness.workloads import batched, rotations
 from kernels.layer_norm.config import (
     LaunchConfig,
     heuristic_config,
@@ -52,7 +57,7 @@ REP_MS = 20
 COMPILE_S = 0.8
 POOL_START_S = 15  # spawn the workers, import torch, initialize CUDA
 LOAD_S = 0.01  # the timing process loading one kernel from Triton's disk cache
-TIMING_OVERHEAD_S = 0.006  # per median_ms call beyond warm-up + repetitions
+TIMING_OVERHEAD_S = 0.015  # per configuration beyond warm-up + repetitions: graph capture, median_ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,32 +130,37 @@ def estimate_s(keys: dict[Key, list[LayerNormCase]], seed: bool, jobs: int, rep_
 
 @dataclasses.dataclass
 class CaseTensors:
-    """Inputs and outputs of one case, made once and reused by every configuration."""
+    """Rotated input sets of one case, each with its own outputs, made once and reused by every
+    configuration."""
 
     case: LayerNormCase
-    x: torch.Tensor
-    w: torch.Tensor
-    b: torch.Tensor
-    dy: torch.Tensor
-    fwd_out: tuple
-    bwd_out: tuple
+    sets: list[dict[str, torch.Tensor | tuple]]
 
     @classmethod
-    def make(cls, case: LayerNormCase, variant: str) -> "CaseTensors":
+    def make(cls, case: LayerNormCase, variant: str, direction: str) -> "CaseTensors":
         from kernels.layer_norm.ops import layer_norm_fwd
 
-        x, w, b = case.make_inputs("cuda")
-        fwd_out = layer_norm_fwd(x, w, b, case.eps, variant)  # real statistics for the backward
-        bwd_out = (torch.empty_like(x), torch.empty_like(w), torch.empty_like(b))
-        return cls(case, x, w, b, torch.randn_like(x), fwd_out, bwd_out)
+        sets = []
+        for _ in range(rotations(case.bytes_moved(direction))):
+            x, w, b = case.make_inputs("cuda")
+            fwd_out = layer_norm_fwd(x, w, b, case.eps, variant)  # real statistics for the backward
+            bwd_out = (torch.empty_like(x), torch.empty_like(w), torch.empty_like(b))
+            sets.append(dict(x=x, w=w, b=b, dy=torch.randn_like(x), fwd_out=fwd_out, bwd_out=bwd_out))
+        return cls(case, sets)
 
     def runner(self, variant: str, direction: str, cfg: LaunchConfig):
+        """One call per input set, in turn, timed as the suite times a call (``batched``: a CUDA
+        graph of back-to-back calls, so launch latency and the host stay out of the ranking)."""
         from kernels.layer_norm.ops import forward_launch, layer_norm_bwd
 
-        if direction == "fwd":
-            return forward_launch(self.x, self.w, self.b, self.case.eps, variant, *self.fwd_out, cfg)
-        _, mean, rstd = self.fwd_out
-        return lambda: layer_norm_bwd(self.dy, self.x, self.w, self.b, mean, rstd, variant, self.bwd_out, cfg)
+        def call(s: dict):
+            if direction == "fwd":
+                return forward_launch(s["x"], s["w"], s["b"], self.case.eps, variant, *s["fwd_out"], cfg)
+            _, mean, rstd = s["fwd_out"]
+            return lambda: layer_norm_bwd(s["dy"], s["x"], s["w"], s["b"], mean, rstd, variant, s["bwd_out"], cfg)
+
+        calls = itertools.cycle([call(s) for s in self.sets])
+        return batched(lambda: next(calls)(), len(self.sets))
 
 
 def time_configs(key: Key, tensors: CaseTensors, configs, warmup_ms: float, rep_ms: float) -> list[Measurement]:
@@ -232,7 +242,7 @@ def run(args, keys: dict[Key, list[LayerNormCase]], seed: bool, gpu: str) -> tup
     all_measured: list[Measurement] = []
     if seed:
         key = Key("two_pass", "fwd", "float32", SEED_SHAPE[1])
-        tensors = CaseTensors.make(LayerNormCase(*SEED_SHAPE), key.variant)
+        tensors = CaseTensors.make(LayerNormCase(*SEED_SHAPE), key.variant, key.direction)
         configs = [c for c in seed_configs() if usable(key, c)]
         seed_measured = time_configs(key, tensors, configs, args.warmup_ms, args.rep_ms)
         all_measured += seed_measured
@@ -247,7 +257,7 @@ def run(args, keys: dict[Key, list[LayerNormCase]], seed: bool, gpu: str) -> tup
         configs = [c for c in key_candidates(key) if usable(key, c)]
         measured = []
         for case in cases:
-            tensors = CaseTensors.make(case, key.variant)
+            tensors = CaseTensors.make(case, key.variant, key.direction)
             measured += time_configs(key, tensors, configs, args.warmup_ms, args.rep_ms)
             del tensors
         all_measured += measured
