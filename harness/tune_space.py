@@ -103,8 +103,8 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
             if programs * t.num_warps <= MAX_RESIDENT_WARPS
         ]
     if variant == "fused" and direction == "fwd":
-        # Both pay in registers what they save in latency; which wins depends on the tile (on an
-        # H200 each was 0.84-1.09x the plain kernel, docs/results/h200-2026-11-22-layer-norm-fwd-options.md).
+        # Both pay in registers what they save in latency; which wins depends on the tile (on an H200
+        # each was 0.70-1.09x the plain kernel, docs/results/h200-2026-11-22-layer-norm-fwd-options.md).
         singles = (False, True) if dtype.itemsize == 2 else (False,)  # fp32: too inexact
         tiles = [
             dataclasses.replace(t, preload_affine=preload, single_reduction=single)
