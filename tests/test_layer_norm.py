@@ -211,13 +211,17 @@ def _chain(x, w, b, dy, variant):
 def _assert_each_layer_matches_reference(case, w, b, dy, ins, outs, grads):
     # Layer by layer, from our own inputs: a layer that read its input before the previous
     # kernel finished writing it fails here, however small the other layers' errors.
+    # The same w scales the same columns in every layer, so values grow along the chain (|y|
+    # near 50 by layer 3, where 1e-5 is under 3 fp32 ulp): the tolerance scales with the
+    # layer's largest value. A race is off by the data's own size, far past it.
     for i, (h, y, dh) in enumerate(zip(ins, outs, grads, strict=True)):
         upstream = grads[i + 1] if i + 1 < len(grads) else dy
         y_ref, dx_ref, *_ = layer_norm_ref(h, w, b, case.eps, upstream)
         for name, got, ref in (("y", y, y_ref), ("dx", dh, dx_ref)):
             atol, rtol = case.tolerance(name)
+            scale = max(1.0, ref.abs().max().item())
             torch.testing.assert_close(
-                got.double(), ref, atol=atol, rtol=rtol, msg=lambda m, q=f"layer {i} {name}": f"{q}: {m}"
+                got.double(), ref, atol=atol * scale, rtol=rtol, msg=lambda m, q=f"layer {i} {name}": f"{q}: {m}"
             )
 
 
