@@ -48,6 +48,11 @@ def _row_load(variant: str, cfg: LaunchConfig) -> str:
     return "LDGSTS.E.BYPASS.128" if variant == "fused" and cfg.num_stages > 1 else "LDG.E.128"
 
 
+def _opcodes(code: str) -> list[str]:
+    """The SASS opcodes in program order (predicates dropped)."""
+    return re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", code)
+
+
 def _assert_no_spills(code: str, usage: dict, what: str) -> None:
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0, f"{what} spills to local memory: {usage}"
     assert not re.search(r"\b(LDL|STL)\b", code), f"{what}: local-memory loads/stores in SASS"
@@ -121,7 +126,7 @@ def test_fused_forward_options_change_the_code_as_intended(dtype):
         cfg = LaunchConfig(1, 4096, 8, **options)
         code, usage, _ = _compiled("fused", "fwd", 4096, 4096, dtype, cfg)
         _assert_no_spills(code, usage, str(cfg))
-        instructions = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", code)
+        instructions = _opcodes(code)
         barriers = [i for i, op in enumerate(instructions) if op.startswith("BAR.SYNC")]
         return instructions[: barriers[0]].count("LDG.E.128"), len(barriers)
 
@@ -139,7 +144,7 @@ def test_kernels_wait_for_their_predecessor_before_touching_memory(variant, dire
     # (The other kernels launch without it: triton_kernels' docstring says why.)
     cfg = launch_config("fused" if variant == "column_sum" else variant, direction, torch.float32, 4096, None)
     code, _, _ = _compiled(variant, direction, 4096, 4096, "float32", cfg)
-    instructions = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", code)
+    instructions = _opcodes(code)
     wait = instructions.index("ACQBULK")
     memory = [i for i, op in enumerate(instructions) if re.match(r"(LDG|STG|LDGSTS|RED|ATOMG)\b", op)]
     assert memory and wait < memory[0], (

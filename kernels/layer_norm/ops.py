@@ -202,7 +202,8 @@ def column_sum_launch(partial: torch.Tensor, outs: list[torch.Tensor]) -> Launch
     while block_n > 32 and cdiv(n, block_n) * slabs < 2 * _sms(partial):
         block_n //= 2
     # One load for up to 256 partial rows (G is 132-1056 on an H200) rather than a loop of loads
-    # of 32: the backward 1.00-1.17x faster there, the most at 4096x1024 (docs/results, session 9).
+    # of 32: on an H200, 0.85-1.00x the backward's time on 20 of 21 cases, the least at 4096x1024
+    # (fp16 16384x4096 1.04x, unexplained; docs/results, session 9).
     return Launch(
         kernel=tk.column_sum_kernel,
         grid=(cdiv(n, block_n), slabs),

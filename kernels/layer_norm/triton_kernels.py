@@ -111,15 +111,18 @@ def _piece(X, rows, row_ok, stride, start, N, WIDTH: tl.constexpr):
 
 
 @triton.jit
+def _param_piece(P, cols, col_ok, PRESENT: tl.constexpr, ABSENT: tl.constexpr):
+    # An [N] parameter over the columns of one piece, as stored; ABSENT (fp32) without one.
+    p = tl.full(cols.shape, ABSENT, tl.float32)
+    if PRESENT:
+        p = tl.load(P + cols, mask=col_ok, other=0.0)
+    return p
+
+
+@triton.jit
 def _affine_params(W, B, cols, col_ok, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    # (w, b) over the columns of one piece, as stored (1 and 0 where absent).
-    w = tl.full(cols.shape, 1.0, tl.float32)
-    b = tl.zeros(cols.shape, tl.float32)
-    if HAS_WEIGHT:
-        w = tl.load(W + cols, mask=col_ok, other=0.0)
-    if HAS_BIAS:
-        b = tl.load(B + cols, mask=col_ok, other=0.0)
-    return w, b
+    # (w, b) over the columns of one piece: y = xhat * w + b is then exact without them.
+    return _param_piece(W, cols, col_ok, HAS_WEIGHT, 1.0), _param_piece(B, cols, col_ok, HAS_BIAS, 0.0)
 
 
 @triton.jit
@@ -272,14 +275,6 @@ def two_pass_fwd_kernel(
 
 
 @triton.jit
-def _weight_piece(W, cols, col_ok, HAS_WEIGHT: tl.constexpr):
-    # Ones without a weight: g = dy * w is then dy itself, exactly.
-    if HAS_WEIGHT:
-        return tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
-    return tl.full(cols.shape, 1.0, tl.float32)
-
-
-@triton.jit
 def _store_dx(DX, rows, stride, cols, mask, g, xhat, c1, c2, rstd):
     dx = (g - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
     tl.store(DX + _row_offsets(rows, stride) + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
@@ -322,13 +317,13 @@ def fused_bwd_kernel(
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < N
-    w = _weight_piece(W, cols, col_ok, HAS_WEIGHT)
+    w = _param_piece(W, cols, col_ok, HAS_WEIGHT, 1.0).to(tl.float32)  # ones: g = dy exactly
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
     db = tl.zeros([BLOCK_N], dtype=tl.float32)
     if TAIL_N > 0:
         cols_t = BLOCK_N + tl.arange(0, TAIL_N)
         col_ok_t = cols_t < N
-        w_t = _weight_piece(W, cols_t, col_ok_t, HAS_WEIGHT)
+        w_t = _param_piece(W, cols_t, col_ok_t, HAS_WEIGHT, 1.0).to(tl.float32)
         dw_t = tl.zeros([TAIL_N], dtype=tl.float32)
         db_t = tl.zeros([TAIL_N], dtype=tl.float32)
     for block in tl.range(pid, tl.cdiv(M, BLOCK_M), programs, num_stages=NUM_STAGES):
