@@ -174,7 +174,8 @@ def time_configs(key: Key, tensors: CaseTensors, configs, warmup_ms: float, rep_
 def _option_columns(key: Key) -> dict[str, str]:
     """{column heading: LaunchConfig field} of the options this key's kernel takes beyond the tile."""
     if key.direction == "bwd":
-        return {"programs/SM": "programs_per_sm", "stages": "num_stages"}
+        pipeline = {"programs/SM": "programs_per_sm", "stages": "num_stages"}
+        return {**pipeline, "one reduction": "single_reduction"} if key.variant == "fused" else pipeline
     return {"preload w, b": "preload_affine", "one reduction": "single_reduction"} if key.variant == "fused" else {}
 
 

@@ -37,8 +37,8 @@ ROWS = (1, 2, 4, 8, 16)
 TWO_PASS_BLOCK_N = (256, 512, 1024, 2048, 4096, 8192)
 PROGRAMS_PER_SM = (1, 2, 4, 8)
 # Triton's loop pipeliner keeps num_stages - 1 row blocks in flight. 2 was slower than 1 for
-# every 16-bit key on an H200, 3 or 4 the fastest for all twelve keys (docs/results, 2026-11-22).
-FUSED_BWD_STAGES = (1, 2, 3, 4)
+# every 16-bit key on an H200 (docs/results, 2026-11-22), so it is not swept.
+FUSED_BWD_STAGES = (1, 3, 4)
 MAX_RESIDENT_WARPS = 64  # per SM on sm_80 and sm_90
 
 # Per thread and per tensor, counted in fp32 (the kernels compute in fp32): 32
@@ -102,14 +102,16 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
             for num_stages in stages
             if programs * t.num_warps <= MAX_RESIDENT_WARPS
         ]
-    if variant == "fused" and direction == "fwd":
+    if variant == "fused":
         # Both pay in registers what they save in latency; which wins depends on the tile (on an H200
-        # each was 0.70-1.09x the plain kernel, docs/results/h200-2026-11-22-layer-norm-fwd-options.md).
-        singles = (False, True) if dtype.itemsize == 2 else (False,)  # fp32: too inexact
+        # each was 0.70-1.09x the plain forward, docs/results/h200-2026-11-22-layer-norm-fwd-options.md).
+        # The forward's single reduction is too inexact for fp32; the backward's is exact.
+        singles = (False, True) if direction == "bwd" or dtype.itemsize == 2 else (False,)
+        preloads = (False, True) if direction == "fwd" else (False,)
         tiles = [
             dataclasses.replace(t, preload_affine=preload, single_reduction=single)
             for t in tiles
-            for preload in (False, True)
+            for preload in preloads
             for single in singles
         ]
     default = heuristic_config(variant, direction, dtype, n)

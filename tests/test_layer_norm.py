@@ -91,6 +91,21 @@ def test_fused_forward_options(dtype, preload_affine, single_reduction, n, kerne
     _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, {"fwd": cfg}))
 
 
+@pytest.mark.parametrize("tile", ["whole row", "two pieces"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_fused_backward_single_reduction(dtype, tile, kernel_device):
+    """c1's and c2's row sums in one reduction, on large-mean rows of 5000: whole (8192 lanes,
+    39% masked, which must add nothing) or in two pieces (4096 + 1024)."""
+    n = 5000
+    case = _sized(LayerNormCase(37, n, dtype, offset=1e3))
+    cfg = dataclasses.replace(
+        heuristic_config("fused", "bwd", case.torch_dtype, n),
+        block_n=next_power_of_2(n) if tile == "whole row" else prev_power_of_2(n),
+        single_reduction=True,
+    )
+    _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, {"bwd": cfg}))
+
+
 def test_single_reduction_is_refused_for_float32():
     x = torch.randn(4, 64)
     cfg = dataclasses.replace(heuristic_config("fused", "fwd", x.dtype, 64), single_reduction=True)

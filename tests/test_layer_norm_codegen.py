@@ -137,6 +137,19 @@ def test_fused_forward_options_change_the_code_as_intended(dtype):
         assert compiled(single_reduction=True)[1] < compiled()[1]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_backward_single_reduction_halves_the_row_loops_exchanges(dtype):
+    # Each cross-warp row sum costs barriers in every row block's iteration: c1's and c2's
+    # sums in one reduction must leave fewer of them.
+    def barriers(single_reduction):
+        cfg = LaunchConfig(1, 8192, 8, programs_per_sm=1, num_stages=3, single_reduction=single_reduction)
+        code, usage, _ = _compiled("fused", "bwd", 4096, 5000, dtype, cfg)
+        _assert_no_spills(code, usage, str(cfg))
+        return sum(op.startswith("BAR.SYNC") for op in _opcodes(code))
+
+    assert barriers(True) < barriers(False)
+
+
 @pytest.mark.parametrize(("variant", "direction"), [("fused", "fwd"), ("column_sum", "bwd")])
 def test_kernels_wait_for_their_predecessor_before_touching_memory(variant, direction):
     # Launched with programmatic dependent launch, a kernel runs while the previous one in the

@@ -85,10 +85,11 @@ def test_candidates_are_sensible(variant, direction, dtype, n):
     # Only the fused backward pipelines its loads; elsewhere num_stages would be ignored.
     pipelined = variant == "fused" and direction == "bwd"
     assert ({c.num_stages for c in configs} != {1}) == pipelined
-    # The fused forward's options; one reduction only where it is exact enough (16-bit).
+    # The fused kernels' options; the forward's one reduction only where it is exact enough (16-bit).
     fused_fwd = variant == "fused" and direction == "fwd"
+    single = variant == "fused" and (direction == "bwd" or dtype != "float32")
     assert {c.preload_affine for c in configs} == ({False, True} if fused_fwd else {False})
-    assert {c.single_reduction for c in configs} == ({False, True} if fused_fwd and dtype != "float32" else {False})
+    assert {c.single_reduction for c in configs} == ({False, True} if single else {False})
 
 
 def _m(case, cfg, ms):

@@ -47,8 +47,9 @@ class LaunchConfig:
     # Fused forward only: load w and b with x, so their latency overlaps x's rather than following
     # the statistics (more registers held through the reductions).
     preload_affine: bool = False
-    # Fused forward, 16-bit inputs only: the row's sum and sum of squares in one reduction
-    # (one cross-warp exchange instead of two; too inexact for fp32's tolerance).
+    # Fused kernels: two row sums in one cross-warp exchange instead of two. Forward, 16-bit inputs
+    # only: the sum and the sum of squares (too inexact for fp32's tolerance). Backward, any dtype:
+    # the sums of xhat * g and of g (the same additions, exact).
     single_reduction: bool = False
 
 

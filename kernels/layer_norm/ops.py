@@ -185,8 +185,8 @@ def backward_launch(
               x2.stride(0), dy2.stride(0), dx.stride(0), m, n),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
                         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, dy2, dx, weight),
-                        **({"TAIL_N": fused_tail_n(n, cfg.block_n), "NUM_STAGES": cfg.num_stages}
-                           if variant == "fused" else {})),
+                        **({"TAIL_N": fused_tail_n(n, cfg.block_n), "NUM_STAGES": cfg.num_stages,
+                             "SINGLE_REDUCTION": cfg.single_reduction} if variant == "fused" else {})),
         num_warps=cfg.num_warps,
     )  # fmt: skip
     return launch, partial

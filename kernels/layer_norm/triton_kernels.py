@@ -40,7 +40,8 @@ each program enough bytes in flight.
 The fused forward takes two options, chosen per configuration by the tuner since each
 trades registers (programs per SM) for latency: ``PRELOAD_AFFINE`` loads w and b with x
 instead of after the statistics; ``SINGLE_REDUCTION`` (16-bit inputs) takes the sum and
-the sum of squares of the shifted row in one cross-warp exchange instead of two.
+the sum of squares of the shifted row in one cross-warp exchange instead of two. The fused
+backward takes ``SINGLE_REDUCTION`` too, for c1's and c2's sums (any dtype: no new rounding).
 
 The fused forward and the column sum take ``PDL``: launched with programmatic
 dependent launch (sm_90+), such a kernel is scheduled while the previous one in the
@@ -138,12 +139,22 @@ def _sum_pair(a0, a1, b0, b1):
 
 
 @triton.jit
+def _row_sum_pair(a, b, SINGLE_REDUCTION: tl.constexpr):
+    # The row sums of a and b: with SINGLE_REDUCTION in one cross-warp exchange instead of two.
+    if SINGLE_REDUCTION:
+        total_a, total_b = tl.reduce((a, b), 1, _sum_pair)
+    else:
+        total_a, total_b = tl.sum(a, axis=1), tl.sum(b, axis=1)
+    return total_a, total_b
+
+
+@triton.jit
 def _shifted_sums(x, mask, shift, SINGLE_REDUCTION: tl.constexpr):
     # (x - shift, its row sums, and with SINGLE_REDUCTION its row sums of squares, in the same
     # cross-warp exchange); masked columns contribute exact zeros.
     xs = tl.where(mask, x - shift[:, None], 0.0)
     if SINGLE_REDUCTION:
-        total, squares = tl.reduce((xs, xs * xs), 1, _sum_pair)
+        total, squares = _row_sum_pair(xs, xs * xs, True)
     else:
         total = tl.sum(xs, axis=1)
         squares = tl.zeros_like(total)
@@ -309,6 +320,7 @@ def fused_bwd_kernel(
     TAIL_N: tl.constexpr,  # 0, or columns [BLOCK_N, BLOCK_N + TAIL_N), as in the forward
     VEC: tl.constexpr,
     NUM_STAGES: tl.constexpr,  # > 1: the next row blocks' x, dy load (cp.async) during this one's math
+    SINGLE_REDUCTION: tl.constexpr,  # c1's and c2's row sums in one cross-warp exchange per piece
 ):
     N, stride_x = _aligned(N, VEC), _aligned(stride_x, VEC)
     stride_dy, stride_dx = _aligned(stride_dy, VEC), _aligned(stride_dx, VEC)
@@ -329,6 +341,7 @@ def fused_bwd_kernel(
     for block in tl.range(pid, tl.cdiv(M, BLOCK_M), programs, num_stages=NUM_STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < M
+        # Masked lanes load x = dy = 0, so g = 0 there and xhat needs no masking of its own.
         x, _, _, mask = _piece(X, rows, row_ok, stride_x, 0, N, BLOCK_N)
         dy, _, _, _ = _piece(DY, rows, row_ok, stride_dy, 0, N, BLOCK_N)
         if TAIL_N > 0:
@@ -336,15 +349,15 @@ def fused_bwd_kernel(
             dy_t, _, _, _ = _piece(DY, rows, row_ok, stride_dy, BLOCK_N, N, TAIL_N)
         mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
         rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
-        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        xhat = (x - mean[:, None]) * rstd[:, None]
         g = dy * w[None, :]
-        sum_xhat_g = tl.sum(xhat * g, axis=1)
-        sum_g = tl.sum(g, axis=1)
+        sum_xhat_g, sum_g = _row_sum_pair(xhat * g, g, SINGLE_REDUCTION)
         if TAIL_N > 0:
-            xhat_t = tl.where(mask_t, (x_t - mean[:, None]) * rstd[:, None], 0.0)
+            xhat_t = (x_t - mean[:, None]) * rstd[:, None]
             g_t = dy_t * w_t[None, :]
-            sum_xhat_g += tl.sum(xhat_t * g_t, axis=1)
-            sum_g += tl.sum(g_t, axis=1)
+            sum_xhat_g_t, sum_g_t = _row_sum_pair(xhat_t * g_t, g_t, SINGLE_REDUCTION)
+            sum_xhat_g += sum_xhat_g_t
+            sum_g += sum_g_t
         c1 = _div(sum_xhat_g, N)
         c2 = _div(sum_g, N)
         _store_dx(DX, rows, stride_dx, cols, mask, g, xhat, c1, c2, rstd)
