@@ -77,7 +77,9 @@ def fused_block_n(direction: str, n: int) -> int:
     """The heuristic's fused tile: N rounded up to a power of two, or, forward, N's largest
     power-of-two piece where a tail piece covers the rest in fewer lanes (5000: 4096 + 1024,
     2% of the lanes masked off instead of 39%). On an H200 the split forward was 1.02-1.25x
-    faster; the split backward 1.08-1.23x slower at the same warps (docs/results)."""
+    faster; the split backward 1.08-1.23x slower at the same warps (docs/results): where the tail
+    gives a thread fewer elements than the head's vector, the compiler moves the whole head tile
+    into the tail's layout through shared memory every row."""
     whole, head = next_power_of_2(n), prev_power_of_2(n)
     split = direction == "fwd" and head < n and head + fused_tail_n(n, head) < whole
     return head if split else whole
