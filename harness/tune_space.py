@@ -7,11 +7,13 @@ backward the persistent grid size and, fused, how many row blocks' loads are in 
 pruned to tiles a memory-bound kernel can use well, so that every key of the
 benchmark suite tunes in minutes:
 
-* each thread holds at least one 16-byte access of the tile's first piece
-  (fewer elements would leave lanes loading the same data twice) and whole
-  elements of a tail piece, and at most ``MAX_BYTES_PER_THREAD`` of input per
-  tensor (past that the fp32 working set no longer fits in registers at
-  useful occupancy, and spills);
+* each thread holds at least one 16-byte access of each of the tile's pieces
+  (fewer elements would leave lanes loading the same data twice; a narrower
+  tail makes the compiler move the head's whole tile into the tail's layout
+  through shared memory every row, 1.27-1.53x slower on an H200, docs/results
+  session 10), and at most ``MAX_BYTES_PER_THREAD`` of input per tensor (past
+  that the fp32 working set no longer fits in registers at useful occupancy,
+  and spills);
 * the backward's persistent grid never asks for more warps per SM than can be
   resident at once.
 
@@ -63,13 +65,13 @@ def variants_for(n: int, variants) -> list[str]:
 
 
 def _fits(pieces: list[int], warps: int, variant: str, direction: str, element_bytes: int) -> bool:
-    """The tile's first piece gives each thread whole 16-byte accesses, a tail piece (the row's
-    remainder) at least whole elements; all of them together fit."""
+    """Each of the tile's pieces (a tail piece: the row's remainder) gives each thread whole
+    16-byte accesses, so both share one layout; all of them together fit."""
     threads = 32 * warps
     min_elements = 16 // element_bytes  # one 16-byte access
     max_elements = MAX_BYTES_PER_THREAD[variant, direction] // 4
-    whole_elements = all(p % threads == 0 for p in pieces)
-    return whole_elements and pieces[0] // threads >= min_elements and sum(pieces) <= max_elements * threads
+    vectors = all(p % threads == 0 and p // threads >= min_elements for p in pieces)
+    return vectors and sum(pieces) <= max_elements * threads
 
 
 def _pieces(variant: str, n: int, rows: int, block_n: int) -> list[int]:

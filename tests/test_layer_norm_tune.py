@@ -14,6 +14,7 @@ from kernels.layer_norm.config import (
     FUSED_MAX_N,
     TUNED_ENV,
     LaunchConfig,
+    fused_tail_n,
     heuristic_config,
     launch_config,
     launch_entries,
@@ -75,6 +76,9 @@ def test_candidates_are_sensible(variant, direction, dtype, n):
     for c in configs:
         if variant == "fused":
             assert c.block_n in fused_tiles
+            # A tail piece keeps the head's 16-byte vectors (else the tile changes layout every row).
+            tail = c.block_m * fused_tail_n(n, c.block_n)
+            assert tail == 0 or tail // (32 * c.num_warps) >= 16 // dt.itemsize, c
         else:
             assert c.block_n <= row
         assert c.num_warps in (1, 2, 4, 8, 16)
