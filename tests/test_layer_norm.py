@@ -120,18 +120,26 @@ def _ref_autograd(x, normalized_shape, weight, bias, eps, dy):
     return y, [t.grad if t is not None else None for t in leaves]
 
 
-def _check_autograd(x, normalized_shape, weight, bias, variant, tol_case):
+def _assert_close_at_scale(got, ref, tol_case, quantity, what, scaled=False):
+    """``got`` against the float64 ``ref`` at the case's tolerance for ``quantity``; ``scaled``:
+    the absolute tolerance grows with ref's largest value, for data far from unit scale (fp32's
+    rounding is relative, and 1e-5 is under 3 ulp past |x| = 40)."""
+    atol, rtol = tol_case.tolerance(quantity)
+    scale = max(1.0, ref.abs().max().item()) if scaled else 1.0
+    torch.testing.assert_close(got.double(), ref, atol=atol * scale, rtol=rtol, msg=lambda m: f"{what}: {m}")
+
+
+def _check_autograd(x, normalized_shape, weight, bias, variant, tol_case, scaled=False):
     leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, weight, bias)]
     y = kernels.layer_norm(leaves[0], normalized_shape, leaves[1], leaves[2], 1e-5, variant)
     dy = torch.randn_like(y)
     y.backward(dy)
     y_ref, grads_ref = _ref_autograd(x, normalized_shape, weight, bias, 1e-5, dy)
     assert y.shape == x.shape and y.dtype == x.dtype
-    torch.testing.assert_close(y.double(), y_ref, atol=tol_case.tolerance("y")[0], rtol=tol_case.tolerance("y")[1])
+    _assert_close_at_scale(y, y_ref, tol_case, "y", "y", scaled)
     for name, leaf, ref in zip(("dx", "dw", "db"), leaves, grads_ref, strict=True):
         if leaf is not None:
-            atol, rtol = tol_case.tolerance(name)
-            torch.testing.assert_close(leaf.grad.double(), ref, atol=atol, rtol=rtol, msg=lambda m, q=name: f"{q}: {m}")
+            _assert_close_at_scale(leaf.grad, ref, tol_case, name, name, scaled)
 
 
 @pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
@@ -208,6 +216,19 @@ def test_nan_and_inf_propagate_like_torch(variant, kernel_device):
     torch.testing.assert_close(ours[[0, 3]], ref[[0, 3]], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_constant_rows_near_the_largest_float(variant, dtype, kernel_device):
+    """Rows of one value, 2**120 (a power of two, so float64's mean is exact too): var = 0, rstd =
+    1/sqrt(eps), xhat = 0 and every gradient finite. N = 5000 leaves masked lanes in the fused
+    backward's whole-row tile, where x loads as 0: their (0 - mean) * rstd overflows to -inf, and
+    would turn a row sum into NaN if it were summed."""
+    case = LayerNormCase(37, 5000, dtype)
+    x = torch.full((case.m, case.n), 2.0**120, device=kernel_device).to(case.torch_dtype)
+    _, w, b = case.make_inputs(kernel_device)
+    _check_autograd(x, (case.n,), w, b, variant, case, scaled=True)  # dx = rstd * (...): |dx| ~ 1e3
+
+
 CHAIN_DEPTH = 4
 
 
@@ -227,17 +248,13 @@ def _assert_each_layer_matches_reference(case, w, b, dy, ins, outs, grads):
     # Layer by layer, from our own inputs: a layer that read its input before the previous
     # kernel finished writing it fails here, however small the other layers' errors.
     # The same w scales the same columns in every layer, so values grow along the chain (|y|
-    # near 50 by layer 3, where 1e-5 is under 3 fp32 ulp): the tolerance scales with the
-    # layer's largest value. A race is off by the data's own size, far past it.
+    # near 50 by layer 3): the tolerance scales with the layer's largest value. A race is off by
+    # the data's own size, far past it.
     for i, (h, y, dh) in enumerate(zip(ins, outs, grads, strict=True)):
         upstream = grads[i + 1] if i + 1 < len(grads) else dy
         y_ref, dx_ref, *_ = layer_norm_ref(h, w, b, case.eps, upstream)
         for name, got, ref in (("y", y, y_ref), ("dx", dh, dx_ref)):
-            atol, rtol = case.tolerance(name)
-            scale = max(1.0, ref.abs().max().item())
-            torch.testing.assert_close(
-                got.double(), ref, atol=atol * scale, rtol=rtol, msg=lambda m, q=f"layer {i} {name}": f"{q}: {m}"
-            )
+            _assert_close_at_scale(got, ref, case, name, f"layer {i} {name}", scaled=True)
 
 
 def _chain_case() -> LayerNormCase:

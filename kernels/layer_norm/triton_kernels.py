@@ -341,7 +341,6 @@ def fused_bwd_kernel(
     for block in tl.range(pid, tl.cdiv(M, BLOCK_M), programs, num_stages=NUM_STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < M
-        # Masked lanes load x = dy = 0, so g = 0 there and xhat needs no masking of its own.
         x, _, _, mask = _piece(X, rows, row_ok, stride_x, 0, N, BLOCK_N)
         dy, _, _, _ = _piece(DY, rows, row_ok, stride_dy, 0, N, BLOCK_N)
         if TAIL_N > 0:
@@ -349,21 +348,27 @@ def fused_bwd_kernel(
             dy_t, _, _, _ = _piece(DY, rows, row_ok, stride_dy, BLOCK_N, N, TAIL_N)
         mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
         rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
-        xhat = (x - mean[:, None]) * rstd[:, None]
+        # Masked lanes load x = dy = 0, so g = 0 there and need no masking of their own, as long
+        # as what multiplies g stays finite: x - mean does, while xhat = -mean * rstd overflows
+        # past |mean| ~ 1e36. So c1 takes rstd after the row sum; where xhat is inf, dx and dw
+        # lanes are past N and never stored.
+        xc = x - mean[:, None]
         g = dy * w[None, :]
-        sum_xhat_g, sum_g = _row_sum_pair(xhat * g, g, SINGLE_REDUCTION)
+        sum_xc_g, sum_g = _row_sum_pair(xc * g, g, SINGLE_REDUCTION)
         if TAIL_N > 0:
-            xhat_t = (x_t - mean[:, None]) * rstd[:, None]
+            xc_t = x_t - mean[:, None]
             g_t = dy_t * w_t[None, :]
-            sum_xhat_g_t, sum_g_t = _row_sum_pair(xhat_t * g_t, g_t, SINGLE_REDUCTION)
-            sum_xhat_g += sum_xhat_g_t
+            sum_xc_g_t, sum_g_t = _row_sum_pair(xc_t * g_t, g_t, SINGLE_REDUCTION)
+            sum_xc_g += sum_xc_g_t
             sum_g += sum_g_t
-        c1 = _div(sum_xhat_g, N)
+        xhat = xc * rstd[:, None]
+        c1 = _div(sum_xc_g * rstd, N)
         c2 = _div(sum_g, N)
         _store_dx(DX, rows, stride_dx, cols, mask, g, xhat, c1, c2, rstd)
         dw += tl.sum(dy * xhat, axis=0)
         db += tl.sum(dy, axis=0)
         if TAIL_N > 0:
+            xhat_t = xc_t * rstd[:, None]
             _store_dx(DX, rows, stride_dx, cols_t, mask_t, g_t, xhat_t, c1, c2, rstd)
             dw_t += tl.sum(dy_t * xhat_t, axis=0)
             db_t += tl.sum(dy_t, axis=0)
