@@ -34,18 +34,23 @@ def _meta_launch(variant: str, direction: str, m: int, n: int, dt: torch.dtype, 
 
 
 @functools.cache
+def _asm(variant: str, direction: str, m: int, n: int, dtype: str, cfg: LaunchConfig) -> dict:
+    """The launch compiled for sm_90: its TTGIR, PTX, cubin, ... by name."""
+    return compile_sm90(_meta_launch(variant, direction, m, n, DTYPES[dtype], cfg)).asm
+
+
+@functools.cache
 def _compiled(variant: str, direction: str, m: int, n: int, dtype: str, cfg: LaunchConfig | None = None):
     """(SASS, resource usage, the launch's configuration: ``cfg``, else the launcher's own)."""
-    dt = DTYPES[dtype]
-    cfg = cfg or launch_config(variant, direction, dt, n, None)
-    cubin = compile_sm90(_meta_launch(variant, direction, m, n, dt, cfg)).asm["cubin"]
+    cfg = cfg or launch_config(variant, direction, DTYPES[dtype], n, None)
+    cubin = _asm(variant, direction, m, n, dtype, cfg)["cubin"]
     return sass(cubin), resource_usage(cubin), cfg
 
 
 def _tile_conversions(direction: str, n: int, dtype: str, cfg: LaunchConfig) -> list[str]:
     """Layout conversions of a whole [rows, columns] tile in the fused kernel's TTGIR: each moves
     the tile through shared memory, behind barriers, every row."""
-    ttgir = compile_sm90(_meta_launch("fused", direction, 4096, n, DTYPES[dtype], cfg)).asm["ttgir"]
+    ttgir = _asm("fused", direction, 4096, n, dtype, cfg)["ttgir"]
     return re.findall(r"ttg\.convert_layout %\S+ : tensor<(\d+x\d+)x", ttgir)
 
 
@@ -158,7 +163,7 @@ def test_fused_forward_options_change_the_code_as_intended(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_fused_backward_single_reduction_halves_the_row_loops_exchanges(dtype):
+def test_fused_backward_single_reduction_leaves_fewer_barriers(dtype):
     # Each cross-warp row sum costs barriers in every row block's iteration: c1's and c2's
     # sums in one reduction must leave fewer of them.
     def barriers(single_reduction):
