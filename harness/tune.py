@@ -38,7 +38,16 @@ import torch
 from harness import timing
 from harness.cases.layer_norm import BENCH_DTYPES, DTYPES, LayerNormCase, bench_case, shape_names
 from harness.parallel import default_jobs
-from harness.tune_space import SEED_SHAPE, candidates, compile_unit, compile_units, seed_configs, variants_for
+from harness.tune_space import (
+    REFINED_LEADERS,
+    SEED_SHAPE,
+    candidates,
+    compile_unit,
+    compile_units,
+    refinements,
+    seed_configs,
+    variants_for,
+)
 from harness.workloads import batched, rotations
 from kernels.layer_norm.config import (
     LaunchConfig,
@@ -117,9 +126,12 @@ def ranked_by_geomean(measurements: list[Measurement]) -> list[tuple[LaunchConfi
 
 def estimate_s(keys: dict[Key, list[LayerNormCase]], seed: bool, jobs: int, rep_ms: float, warmup_ms: float) -> dict:
     units = {(k.variant, k.direction, k.dtype, k.n, c) for k in keys for c in compile_units(key_candidates(k))}
-    timings = sum(len(key_candidates(k)) * len(cases) for k, cases in keys.items()) + (
-        len(seed_configs()) if seed else 0
-    )
+    # The refinements are of the leaders: any REFINED_LEADERS candidates count the same.
+    per_key = {
+        k: len(key_candidates(k)) + len(refinements(k.variant, k.direction, key_candidates(k)[:REFINED_LEADERS]))
+        for k in keys
+    }
+    timings = sum(per_key[k] * len(cases) for k, cases in keys.items()) + (len(seed_configs()) if seed else 0)
     compile_s = POOL_START_S + len(units) * COMPILE_S / jobs
     time_s = len(units) * LOAD_S + timings * ((warmup_ms + rep_ms) / 1e3 + TIMING_OVERHEAD_S)
     return {"kernels": len(units), "timings": timings, "compile_s": compile_s, "time_s": time_s}
@@ -171,11 +183,22 @@ def time_configs(key: Key, tensors: CaseTensors, configs, warmup_ms: float, rep_
     return out
 
 
+def time_on_shapes(key: Key, cases: list[LayerNormCase], configs, args) -> list[Measurement]:
+    """``configs`` timed on each of the key's shapes (one shape's input sets in memory at a time)."""
+    measured = []
+    for case in cases:
+        tensors = CaseTensors.make(case, key.variant, key.direction)
+        measured += time_configs(key, tensors, configs, args.warmup_ms, args.rep_ms)
+        del tensors
+    return measured
+
+
 def _option_columns(key: Key) -> dict[str, str]:
     """{column heading: LaunchConfig field} of the options this key's kernel takes beyond the tile."""
     if key.direction == "bwd":
         pipeline = {"programs/SM": "programs_per_sm", "stages": "num_stages"}
-        return {**pipeline, "one reduction": "single_reduction"} if key.variant == "fused" else pipeline
+        fused = {"balanced grid": "balanced_grid", "one reduction": "single_reduction"}
+        return {**pipeline, **fused} if key.variant == "fused" else pipeline
     return {"preload w, b": "preload_affine", "one reduction": "single_reduction"} if key.variant == "fused" else {}
 
 
@@ -255,12 +278,9 @@ def run(args, keys: dict[Key, list[LayerNormCase]], seed: bool, gpu: str) -> tup
     best: dict[Key, tuple[LaunchConfig, float]] = {}
     timed_start = time.perf_counter()
     for i, (key, cases) in enumerate(keys.items(), 1):
-        configs = [c for c in key_candidates(key) if usable(key, c)]
-        measured = []
-        for case in cases:
-            tensors = CaseTensors.make(case, key.variant, key.direction)
-            measured += time_configs(key, tensors, configs, args.warmup_ms, args.rep_ms)
-            del tensors
+        measured = time_on_shapes(key, cases, [c for c in key_candidates(key) if usable(key, c)], args)
+        leaders = [cfg for cfg, _ in ranked_by_geomean(measured)[:REFINED_LEADERS]]
+        measured += time_on_shapes(key, cases, refinements(key.variant, key.direction, leaders), args)
         all_measured += measured
         ranked = ranked_by_geomean(measured)
         if not ranked:

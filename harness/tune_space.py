@@ -3,7 +3,8 @@
 Wide enough to matter (rows per program, chunk size for two_pass, for fused a
 non-power-of-two row whole or in two pieces, 1 to 16 warps; for the fused forward
 whether w and b load up front and, 16-bit, the statistics in one reduction; for the
-backward the persistent grid size and, fused, how many row blocks' loads are in flight),
+backward the persistent grid size and, fused, how many row blocks' loads are in flight, then
+whether the leaders' grids are balanced),
 pruned to tiles a memory-bound kernel can use well, so that every key of the
 benchmark suite tunes in minutes:
 
@@ -120,9 +121,23 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
     return tiles if default in tiles else [*tiles, default]
 
 
+REFINED_LEADERS = 8  # per key: the configurations ranked first, tried again with refinements()
+
+
+def refinements(variant: str, direction: str, leaders: list[LaunchConfig]) -> list[LaunchConfig]:
+    """Variations of a key's leading configurations, timed after the first ranking: for the fused
+    backward, the balanced persistent grid (config.persistent_programs). It changes the grid only,
+    by a few percent either way, so trying it on every tile would double the sweep for little."""
+    if variant == "fused" and direction == "bwd":
+        return [dataclasses.replace(cfg, balanced_grid=True) for cfg in leaders]
+    return []
+
+
 def compile_unit(cfg: LaunchConfig) -> LaunchConfig:
-    """The configuration that names ``cfg``'s kernel: programs_per_sm changes the grid, not the code."""
-    return dataclasses.replace(cfg, programs_per_sm=LaunchConfig.programs_per_sm)
+    """The configuration that names ``cfg``'s kernel: the persistent grid's size is not in the code."""
+    return dataclasses.replace(
+        cfg, programs_per_sm=LaunchConfig.programs_per_sm, balanced_grid=LaunchConfig.balanced_grid
+    )
 
 
 def compile_units(configs) -> list[LaunchConfig]:

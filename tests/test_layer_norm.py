@@ -15,12 +15,14 @@ from harness.cases.layer_norm import CORRECTNESS_CASES, LAYER_NORM_VARIANTS, Lay
 from kernels.device import interpreter_mode
 from kernels.layer_norm.config import (
     FUSED_MAX_N,
+    cdiv,
     fused_tail_n,
     heuristic_config,
     next_power_of_2,
+    persistent_programs,
     prev_power_of_2,
 )
-from kernels.layer_norm.ops import gpu_of, layer_norm_fwd, pdl_of, select_variant
+from kernels.layer_norm.ops import _sms, gpu_of, layer_norm_fwd, pdl_of, select_variant
 from kernels.layer_norm.reference import layer_norm_ref
 
 pytestmark = pytest.mark.kernel
@@ -104,6 +106,30 @@ def test_fused_backward_single_reduction(dtype, tile, kernel_device):
         single_reduction=True,
     )
     _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, {"bwd": cfg}))
+
+
+@pytest.mark.parametrize(
+    ("blocks", "resident", "full", "balanced"),
+    [(2048, 132, 132, 128), (1024, 264, 264, 256), (101, 33, 33, 26), (264, 264, 264, 264), (5, 132, 5, 5)],
+)
+def test_balanced_grid_is_the_fewest_programs_for_as_many_steps(blocks, resident, full, balanced):
+    assert persistent_programs(blocks, resident, balanced=False) == full
+    assert persistent_programs(blocks, resident, balanced=True) == balanced
+    assert cdiv(blocks, balanced) == cdiv(blocks, full)
+
+
+@pytest.mark.parametrize("balanced", [False, True])
+@pytest.mark.parametrize("variant", ["fused", "two_pass"])
+def test_backward_on_a_balanced_grid(variant, balanced, kernel_device):
+    """The persistent backward on fewer programs than it may have resident (balanced_grid), and on
+    all of them: each program's partial sums of dw and db cover its row blocks, no more, no less."""
+    case = _sized(LayerNormCase(265, 1000, "float32", offset=1e3))
+    x = torch.empty(0, device=kernel_device)
+    cfg = dataclasses.replace(heuristic_config(variant, "bwd", case.torch_dtype, case.n), block_m=1)
+    # A grid size where balancing takes fewer programs, on this device's SM count.
+    per_sm = next(p for p in range(1, 9) if persistent_programs(case.m, _sms(x) * p, True) < min(case.m, _sms(x) * p))
+    cfg = dataclasses.replace(cfg, programs_per_sm=per_sm, balanced_grid=balanced)
+    _assert_matches_reference(case, run_layer_norm(case, variant, kernel_device, {"bwd": cfg}))
 
 
 def test_single_reduction_is_refused_for_float32():

@@ -1,6 +1,7 @@
 """``nox -s tune``: what it tries, what it covers, how it picks and how it keeps the
 result; and, on a GPU, that it times what the suite times."""
 
+import dataclasses
 import json
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 
 from harness import tune
 from harness.cases.layer_norm import BENCH_DTYPES, BENCH_SHAPES, DTYPES, LAYER_NORM_VARIANTS, LayerNormCase
-from harness.tune_space import MAX_RESIDENT_WARPS, candidates, seed_configs
+from harness.tune_space import MAX_RESIDENT_WARPS, REFINED_LEADERS, candidates, compile_unit, refinements, seed_configs
 from harness.workloads import BATCH_CALLS
 from kernels.layer_norm.config import (
     FUSED_MAX_N,
@@ -89,11 +90,21 @@ def test_candidates_are_sensible(variant, direction, dtype, n):
     # Only the fused backward pipelines its loads; elsewhere num_stages would be ignored.
     pipelined = variant == "fused" and direction == "bwd"
     assert ({c.num_stages for c in configs} != {1}) == pipelined
+    assert {c.balanced_grid for c in configs} == {False}, "a refinement of the leaders, not a candidate"
     # The fused kernels' options; the forward's one reduction only where it is exact enough (16-bit).
     fused_fwd = variant == "fused" and direction == "fwd"
     single = variant == "fused" and (direction == "bwd" or dtype != "float32")
     assert {c.preload_affine for c in configs} == ({False, True} if fused_fwd else {False})
     assert {c.single_reduction for c in configs} == ({False, True} if single else {False})
+
+
+def test_the_fused_backward_leaders_are_tried_again_on_a_balanced_grid():
+    leaders = candidates("fused", "bwd", torch.bfloat16, 4096)[:REFINED_LEADERS]
+    refined = refinements("fused", "bwd", leaders)
+    assert all(c.balanced_grid for c in refined)
+    assert [dataclasses.replace(c, balanced_grid=False) for c in refined] == leaders
+    assert list(map(compile_unit, refined)) == list(map(compile_unit, leaders)), "the same kernels, nothing to compile"
+    assert refinements("fused", "fwd", leaders) == refinements("two_pass", "bwd", leaders) == []
 
 
 def _m(case, cfg, ms):

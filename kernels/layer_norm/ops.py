@@ -22,6 +22,7 @@ from kernels.layer_norm.config import (
     fused_tail_n,
     launch_config,
     next_power_of_2,
+    persistent_programs,
     resolve_variant,
 )
 
@@ -172,7 +173,7 @@ def backward_launch(
     kernels take PDL)."""
     m, n = x2.shape
     cfg = cfg or launch_config(variant, "bwd", x2.dtype, n, gpu_of(x2))
-    programs = max(1, min(cdiv(m, cfg.block_m), _sms(x2) * cfg.programs_per_sm))
+    programs = persistent_programs(cdiv(m, cfg.block_m), _sms(x2) * cfg.programs_per_sm, cfg.balanced_grid)
     slabs = (weight is not None) + (bias is not None)
     # two_pass accumulates into its partial rows, so they start at zero. One
     # buffer for dw and db: one allocation (and one memset) per backward.
