@@ -18,9 +18,10 @@ one by one in this process as the suite times a call: ``harness.timing.median_ms
 of a CUDA graph of back-to-back calls on rotated input sets
 (``harness.workloads.batched``). Timing single launches instead would add the
 launch latency to every candidate, as large as a small case's kernel, and rank
-them by noise there. The backward is timed as the whole ``layer_norm_bwd``
-(main kernel, partial buffer, column sums), since programs_per_sm changes the
-column-sum work too.
+them by noise there. Each key's leaders are then timed once more with the
+grid-only variations of ``harness.tune_space.refinements``. The backward is timed
+as the whole ``layer_norm_bwd`` (main kernel, partial buffer, column sums), since
+the grid's size changes the column-sum work too.
 
 ``--plan`` prints what would run and the time estimate, without a GPU.
 """

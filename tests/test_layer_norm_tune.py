@@ -3,6 +3,7 @@ result; and, on a GPU, that it times what the suite times."""
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,6 +108,36 @@ def test_the_fused_backward_leaders_are_tried_again_on_a_balanced_grid():
     assert refinements("fused", "fwd", leaders) == refinements("two_pass", "bwd", leaders) == []
 
 
+# The fused backward's full H200 sweeps at the kernels' current code (sessions 10 and 11).
+RECORDED_SWEEPS = [
+    Path(__file__).parents[1] / "docs" / "results" / name
+    for name in (
+        "h200-2026-11-22-layer-norm-bwd-single-reduction-tune.json",
+        "h200-2026-11-23-layer-norm-bwd-balanced-tune.json",
+    )
+]
+
+
+@pytest.mark.parametrize("sweep", RECORDED_SWEEPS, ids=lambda p: p.name)
+def test_untuned_fused_backward_is_near_the_best_of_recorded_sweeps(sweep):
+    """What an untuned GPU runs (the heuristic), as measured among every configuration of the
+    H200's fused-backward sweeps: within 1.15x of each key's best (up to 9x before session 11)."""
+    doc = json.loads(sweep.read_text())
+    measured = [
+        tune.Measurement(tune.Key(*m["key"].split("/")[:3], int(m["key"].rsplit("/", 1)[1])),
+                         LayerNormCase(*map(int, m["shape"].split("x")), m["key"].split("/")[2]),
+                         LaunchConfig(**m["config"]), m["ms"])
+        for m in doc["measurements"]
+    ]  # fmt: skip
+    keys = sorted({m.key for m in measured}, key=lambda k: k.name)
+    assert len(keys) == 12
+    for key in keys:
+        ranked = dict(tune.ranked_by_geomean([m for m in measured if m.key == key]))
+        heuristic = heuristic_config("fused", "bwd", DTYPES[key.dtype], key.n)
+        assert heuristic in ranked, f"{key.name}: the heuristic configuration was not measured"
+        assert ranked[heuristic] <= 1.15 * min(ranked.values()), key.name
+
+
 def _m(case, cfg, ms):
     return tune.Measurement(tune.Key("fused", "fwd", "float32", case.n), case, cfg, ms)
 
@@ -141,7 +172,7 @@ def test_merge_keeps_other_gpu_classes_and_keys(tmp_path, monkeypatch):
     }
     snapshot = json.loads(json.dumps(old))
     new_cfg = LaunchConfig(2, 4096, 16, programs_per_sm=2)
-    merged = with_tuned(old, "H200", {"fused/fwd/float32/4096": new_cfg}, {"auto/bwd/float32/5000": "fused"})
+    merged = with_tuned(old, "H200", {"fused/fwd/float32/4096": new_cfg}, {"auto/bwd/float32/5000": "two_pass"})
     assert old == snapshot, "the table read from disk must not be changed in place"
     assert merged["H100"] == old["H100"]
     assert merged["H200"]["fused/fwd/float32/1024"] == old["H200"]["fused/fwd/float32/1024"]
@@ -157,9 +188,12 @@ def test_merge_keeps_other_gpu_classes_and_keys(tmp_path, monkeypatch):
         "fused", "fwd", torch.float32, 8192
     )
     # auto follows the table's choice per direction, and the padding rule elsewhere.
-    assert resolve_variant("auto", "bwd", torch.float32, 5000, "H200") == "fused"
-    assert resolve_variant("auto", "fwd", torch.float32, 5000, "H200") == "fused"  # 4096 + 1024 lanes, 2% masked
-    assert resolve_variant("auto", "bwd", torch.float32, 5000, "H100") == "two_pass"  # 8192 lanes, 39% masked
+    assert resolve_variant("auto", "bwd", torch.float32, 5000, "H200") == "two_pass"
+    assert resolve_variant("auto", "fwd", torch.float32, 5000, "H200") == "fused"
+    assert resolve_variant("auto", "bwd", torch.float32, 5000, "H100") == "fused"  # 8192 lanes, 39% masked
+    assert resolve_variant("auto", "bwd", torch.float32, 9000, "H100") == "two_pass"  # 16384 lanes, 45% masked
+    assert resolve_variant("auto", "bwd", torch.float32, 12288, "H100") == "fused"  # 16384 lanes, 25% masked
+    assert resolve_variant("auto", "bwd", torch.float32, FUSED_MAX_N + 1, "H100") == "two_pass"
     assert [key for _, key, _ in launch_entries(merged)] == [
         "fused/fwd/float32/4096",
         "fused/fwd/float32/1024",

@@ -17,12 +17,17 @@ import torch
 
 # The fused kernels keep a whole row (and, backward, its gradient and the dw/db
 # accumulators) in registers. Past 16384 elements that needs more than the
-# 255 registers a thread may hold at 16 warps and the compiler spills to local
-# memory, so the fused variant refuses larger rows; two_pass takes any N.
+# registers 16 warps can hold and the compiler spills to local memory, so the fused
+# variant refuses larger rows; two_pass takes any N.
 FUSED_MAX_N = 16384
 
-# auto uses the fused kernel unless rounding N up to a power of two would
-# leave more than this share of its lanes masked off (e.g. N=5000 -> 8192).
+# The fused backward's tile stays in registers up to this many lanes; at 16384 it already
+# spills for sm_90 (320-560 bytes of stack a thread at 16 warps).
+FUSED_BWD_REGISTER_LANES = 8192
+
+# auto, untuned: fused up to FUSED_BWD_REGISTER_LANES lanes however many are masked off (the H200
+# sweeps chose it on every key, the backward at N = 5000 too: 8192 lanes, 39% masked, 1.8x
+# two_pass's speed), wider only where at most this share is.
 AUTO_MAX_PADDING = 0.25
 
 # Shared memory the heuristic lets the fused backward's prefetched row blocks take
@@ -106,7 +111,7 @@ def fused_lanes(direction: str, n: int) -> int:
 def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> str:
     """The kernel one launch runs. "auto" takes the variant the tune sweep measured faster
     for this key on this GPU class (an ``auto/...`` entry of the tuned table); without
-    one, fused unless its tile (``fused_lanes``) masks off too many lanes.
+    one, fused unless its tile (``fused_lanes``) is wide and masks off too many lanes.
     Forward and backward resolve separately: both read the same saved statistics."""
     if variant not in VARIANTS:
         raise ValueError(f"layer_norm: unknown variant {variant!r}; choose one of {VARIANTS}")
@@ -115,8 +120,9 @@ def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gp
     tuned = _tuned_entry(tuned_key("auto", direction, dtype, n), gpu, os.environ.get(TUNED_ENV))
     if tuned is not None:
         return tuned["variant"]
-    padding = 1 - n / fused_lanes(direction, n)
-    return "fused" if n <= FUSED_MAX_N and padding <= AUTO_MAX_PADDING else "two_pass"
+    lanes = fused_lanes(direction, n)
+    padded = lanes > FUSED_BWD_REGISTER_LANES and 1 - n / lanes > AUTO_MAX_PADDING
+    return "fused" if n <= FUSED_MAX_N and not padded else "two_pass"
 
 
 def tuned_key(variant: str, direction: str, dtype: torch.dtype, n: int) -> str:
@@ -138,18 +144,24 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
         block_n = lanes = min(next_power_of_2(n), 2048 if direction == "fwd" else 1024)
     # Short rows: pack several per program so each has ~8K elements in flight.
     block_m = prev_power_of_2(min(16, 8192 // lanes) if direction == "fwd" else min(8, 4096 // lanes))
-    # The backward keeps x, dy, xhat and the dw/db sums live at once: give each
-    # thread half as many elements so they fit in registers.
-    per_thread = 16 if direction == "fwd" else 8
+    # Elements per thread and tensor. The two_pass backward keeps x, dy, xhat and the dw/db sums
+    # live at once: half the forward's. The fused backward takes 32 at one program per SM, with up to
+    # three row blocks of x and dy loading ahead (4 stages) where shared memory holds them, and the
+    # single reduction where the tile stays in registers: on the H200 sweeps of sessions 10 and 11
+    # that came within 1.13x of each key's best, where 8 elements at 16 warps, two programs per SM
+    # and 3 stages took up to 9x (16-bit N=1024).
+    fused_bwd = variant == "fused" and direction == "bwd"
+    per_thread = 16 if direction == "fwd" else 32 if fused_bwd else 8
     warps = _warps_for(block_m * block_n, per_thread)
     tail_warps = block_m * (lanes - block_n) * dtype.itemsize // (32 * 16)
     if tail_warps >= 1:  # a tail piece wide enough for 16-byte accesses keeps them (bf16 5000: 4 warps, 1.5x)
         warps = min(warps, tail_warps)
-    # Fused backward: keep two row blocks of x and dy in flight (3 stages) where they fit in
-    # shared memory. 3 or 4 stages won every tuned H200 key; 3 was 1.02-1.36x faster than 1.
-    in_flight = 2 * 2 * block_m * lanes * dtype.itemsize
-    stages = 3 if variant == "fused" and direction == "bwd" and in_flight <= PIPELINE_MAX_BYTES else 1
-    return LaunchConfig(block_m=block_m, block_n=block_n, num_warps=warps, num_stages=stages)
+    if not fused_bwd:
+        return LaunchConfig(block_m=block_m, block_n=block_n, num_warps=warps)
+    row_block = 2 * block_m * lanes * dtype.itemsize  # x and dy
+    stages = next((s for s in (4, 3) if (s - 1) * row_block <= PIPELINE_MAX_BYTES), 1)
+    single = lanes <= FUSED_BWD_REGISTER_LANES
+    return LaunchConfig(block_m, block_n, warps, programs_per_sm=1, num_stages=stages, single_reduction=single)
 
 
 def launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> LaunchConfig:
