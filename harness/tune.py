@@ -340,6 +340,18 @@ def write_json(path: Path, gpu_info: dict, args, best, auto, measured, dropped) 
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
+def read_measurements(path: Path) -> list[Measurement]:
+    """The measurements of a ``--json`` file (``write_json``'s), e.g. to score a heuristic against a
+    recorded sweep."""
+    measured = []
+    for m in json.loads(path.read_text())["measurements"]:
+        variant, direction, dtype, n = m["key"].split("/")
+        rows, cols = map(int, m["shape"].split("x"))
+        key = Key(variant, direction, dtype, int(n))
+        measured.append(Measurement(key, LayerNormCase(rows, cols, dtype), LaunchConfig(**m["config"]), m["ms"]))
+    return measured
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=["fused", "two_pass"], choices=["fused", "two_pass"])

@@ -108,6 +108,17 @@ def test_the_fused_backward_leaders_are_tried_again_on_a_balanced_grid():
     assert refinements("fused", "fwd", leaders) == refinements("two_pass", "bwd", leaders) == []
 
 
+def test_a_sweep_written_to_json_reads_back(tmp_path):
+    args = tune.parse_args([])
+    short, tall = LayerNormCase(4096, 1024, "bfloat16"), LayerNormCase(32768, 1024, "bfloat16")
+    key = tune.Key("fused", "bwd", "bfloat16", 1024)
+    measured = [tune.Measurement(key, case, LaunchConfig(4, 1024, 4, balanced_grid=True), ms)
+                for case, ms in ((short, 0.0127), (tall, 0.054))]  # fmt: skip
+    path = tmp_path / "sweep.json"
+    tune.write_json(path, {"name": "test"}, args, {}, {}, measured, [])
+    assert tune.read_measurements(path) == measured
+
+
 # The fused backward's full H200 sweeps at the kernels' current code (sessions 10 and 11).
 RECORDED_SWEEPS = [
     Path(__file__).parents[1] / "docs" / "results" / name
@@ -122,13 +133,7 @@ RECORDED_SWEEPS = [
 def test_untuned_fused_backward_is_near_the_best_of_recorded_sweeps(sweep):
     """What an untuned GPU runs (the heuristic), as measured among every configuration of the
     H200's fused-backward sweeps: within 1.15x of each key's best (up to 9x before session 11)."""
-    doc = json.loads(sweep.read_text())
-    measured = [
-        tune.Measurement(tune.Key(*m["key"].split("/")[:3], int(m["key"].rsplit("/", 1)[1])),
-                         LayerNormCase(*map(int, m["shape"].split("x")), m["key"].split("/")[2]),
-                         LaunchConfig(**m["config"]), m["ms"])
-        for m in doc["measurements"]
-    ]  # fmt: skip
+    measured = tune.read_measurements(sweep)
     keys = sorted({m.key for m in measured}, key=lambda k: k.name)
     assert len(keys) == 12
     for key in keys:
