@@ -119,10 +119,12 @@ def test_a_sweep_written_to_json_reads_back(tmp_path):
     assert tune.read_measurements(path) == measured
 
 
-# The fused backward's full H200 sweeps at the kernels' current code (sessions 10 and 11).
+# Full sweeps at the kernels' current code: every key on the H100 (session 12), the fused backward
+# on the H200 (sessions 10 and 11).
 RECORDED_SWEEPS = [
     Path(__file__).parents[1] / "docs" / "results" / name
     for name in (
+        "h100-2026-11-23-layer-norm-tune.json",
         "h200-2026-11-22-layer-norm-bwd-single-reduction-tune.json",
         "h200-2026-11-23-layer-norm-bwd-balanced-tune.json",
     )
@@ -130,15 +132,16 @@ RECORDED_SWEEPS = [
 
 
 @pytest.mark.parametrize("sweep", RECORDED_SWEEPS, ids=lambda p: p.name)
-def test_untuned_fused_backward_is_near_the_best_of_recorded_sweeps(sweep):
-    """What an untuned GPU runs (the heuristic), as measured among every configuration of the
-    H200's fused-backward sweeps: within 1.15x of each key's best (up to 9x before session 11)."""
+def test_untuned_configs_are_near_the_best_of_recorded_sweeps(sweep):
+    """What a key the tuned table lacks runs (the heuristic), as measured among every configuration
+    of a recorded sweep: within 1.15x of each key's best (before session 12, up to 5.5x: the
+    two_pass backward on the H100)."""
     measured = tune.read_measurements(sweep)
     keys = sorted({m.key for m in measured}, key=lambda k: k.name)
-    assert len(keys) == 12
+    assert len(keys) in (12, 48)  # the fused backward's keys, or every key
     for key in keys:
         ranked = dict(tune.ranked_by_geomean([m for m in measured if m.key == key]))
-        heuristic = heuristic_config("fused", "bwd", DTYPES[key.dtype], key.n)
+        heuristic = heuristic_config(key.variant, key.direction, DTYPES[key.dtype], key.n)
         assert heuristic in ranked, f"{key.name}: the heuristic configuration was not measured"
         assert ranked[heuristic] <= 1.15 * min(ranked.values()), key.name
 
