@@ -8,11 +8,13 @@ its longest sequence. Cases come from harness.cases.attention. TileLang has
 no interpreter: without a GPU every benchmark here is skipped.
 """
 
+import functools
+
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from harness import timing
 from harness.cases.attention import ATTENTION_REFERENCES, BENCH_CONFIGS
-from harness.metrics import attention_metrics, per_run
+from harness.metrics import attention_metrics, case_metrics, measure_cases
 from harness.workloads import attention_backward_workload, warmed
 from kernels.attention import ACCUM_MODES
 
@@ -46,25 +48,32 @@ class AttentionBackwardMetrics:
     timeout = 600
 
     def setup_cache(self):
-        """Gives the class's benchmarks one working directory for the run (harness.metrics.per_run)."""
+        """Every config measured once, in this one process; asv hands the result to each benchmark."""
+        if not timing.gpu_timing():
+            return {}  # setup skips every benchmark
+        modes = list(ACCUM_MODES)
+        return measure_cases(
+            {config: functools.partial(attention_metrics, case, modes) for config, case in BENCH_CONFIGS.items()}
+        )
 
-    def setup(self, config, accum):
+    setup_cache.timeout = 1800  # TileLang compiles each kernel on first use
+
+    def setup(self, measured, config, accum):
         _require_gpu()
-        measured = per_run(f"attention-{config}", lambda: attention_metrics(BENCH_CONFIGS[config], list(ACCUM_MODES)))
-        self.metrics = measured[accum]
+        self.metrics = case_metrics(measured, config)[accum]
 
-    def track_tflops(self, config, accum):
+    def track_tflops(self, measured, config, accum):
         return self.metrics["tflops"]
 
     track_tflops.unit = "TFLOP/s"
 
-    def track_pct_matmul_peak(self, config, accum):
+    def track_pct_matmul_peak(self, measured, config, accum):
         """Achieved TFLOP/s over a bf16 8192^3 matmul's, measured interleaved."""
         return self.metrics["pct_matmul_peak"]
 
     track_pct_matmul_peak.unit = "%"
 
-    def track_speedup_vs_fa2(self, config, accum):
+    def track_speedup_vs_fa2(self, measured, config, accum):
         if "speedup_vs_fa2" not in self.metrics:
             raise SkipNotImplemented("torch's varlen_attn (FA2) needs d_qk == d_v")
         return self.metrics["speedup_vs_fa2"]

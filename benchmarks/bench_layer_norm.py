@@ -5,7 +5,7 @@ replays the call, captured in CUDA graphs on rotated inputs, 50 times back to
 back (timing.sample_clock), so the host's launch path, which varies between
 processes far more than the kernels do, stays out of the samples the gate
 compares. ``LayerNormMetrics`` tracks what the gate and the history need,
-measured interleaved in one process per case (harness.metrics): speedups over
+measured interleaved, every case in one process (harness.metrics): speedups over
 eager torch and torch.compile, GB/s and % of the measured copy peak (device
 times, do_bench with L2 flushed), and the host's cost of one eager call.
 Shapes and dtypes come from harness.cases.layer_norm.
@@ -22,7 +22,7 @@ from harness.cases.layer_norm import (
     bench_case,
     shape_names,
 )
-from harness.metrics import layer_norm_metrics, per_run
+from harness.metrics import case_key, case_metrics, layer_norm_measures, measure_cases
 from harness.workloads import sized_for_device, timed_layer_norm
 
 
@@ -50,40 +50,41 @@ class LayerNormMetrics:
     timeout = 600
 
     def setup_cache(self):
-        """Gives the class's benchmarks one working directory for the run (harness.metrics.per_run)."""
+        """Every case measured once, in this one process; asv hands the result to each benchmark."""
+        return measure_cases(layer_norm_measures(shape_names(), BENCH_DTYPES, BENCH_DIRECTIONS))
 
-    def setup(self, shape, dtype, direction, variant):
-        case = sized_for_device(bench_case(shape, dtype))
-        measured = per_run(f"layer_norm-{shape}-{dtype}-{direction}", lambda: layer_norm_metrics(case, direction))
-        self.metrics = measured[variant]
+    setup_cache.timeout = 1800  # ~3 minutes on an H100; a cold torch.compile cache takes longer
+
+    def setup(self, measured, shape, dtype, direction, variant):
+        self.metrics = case_metrics(measured, case_key(shape, dtype, direction))[variant]
 
     def _metric(self, name: str) -> float:
         if name not in self.metrics:
             raise SkipNotImplemented(f"{name} is a GPU metric; not measured in interpreter smoke mode")
         return self.metrics[name]
 
-    def track_speedup_vs_torch(self, shape, dtype, direction, variant):
+    def track_speedup_vs_torch(self, measured, shape, dtype, direction, variant):
         return self._metric("speedup_vs_torch")
 
     track_speedup_vs_torch.unit = "x"
 
-    def track_speedup_vs_compile(self, shape, dtype, direction, variant):
+    def track_speedup_vs_compile(self, measured, shape, dtype, direction, variant):
         return self._metric("speedup_vs_compile")
 
     track_speedup_vs_compile.unit = "x"
 
-    def track_gbps(self, shape, dtype, direction, variant):
+    def track_gbps(self, measured, shape, dtype, direction, variant):
         return self._metric("gbps")
 
     track_gbps.unit = "GB/s"
 
-    def track_pct_peak(self, shape, dtype, direction, variant):
+    def track_pct_peak(self, measured, shape, dtype, direction, variant):
         """Achieved bandwidth over the device's copy bandwidth (a 1 GiB copy, bytes read + written)."""
         return self._metric("pct_peak")
 
     track_pct_peak.unit = "%"
 
-    def track_host_us(self, shape, dtype, direction, variant):
+    def track_host_us(self, measured, shape, dtype, direction, variant):
         """Host time to enqueue one eager call (checks, launches); the device time is time_layer_norm."""
         return self._metric("host_us")
 

@@ -2,20 +2,21 @@
 kernel variant beside its references, round after round (timing.interleaved_ms),
 so clock and thermal drift cancel in each ratio.
 
-asv runs every benchmark in a process of its own; ``per_run`` lets the first
-process of a case measure it for all the case's track_* benchmarks.
+asv runs every benchmark in a process of its own. A metrics class measures all its
+cases once, in its ``setup_cache`` (``measure_cases``), and asv hands the result to
+each track_* benchmark: one process with warm compile caches (on an H100, ~3 minutes for
+the LayerNorm cases rather than ~14 with a cold process per case).
 
 ``python -m harness.metrics`` measures the LayerNorm cases in one process and
 prints the table ``nox -s bench`` would (no time_* column, no history): the
-same numbers in minutes rather than the full asv run.
+same numbers without asv's history.
 """
 
 import argparse
 import contextlib
-import json
+import functools
 import statistics
 from collections.abc import Callable
-from pathlib import Path
 
 from harness import timing
 from harness.cases.attention import ATTENTION_BASELINE, AttentionCase
@@ -29,7 +30,14 @@ from harness.cases.layer_norm import (
     bench_case,
     shape_names,
 )
-from harness.workloads import attention_backward_workload, batched, layer_norm_workload, rotations, warmed
+from harness.workloads import (
+    attention_backward_workload,
+    batched,
+    layer_norm_workload,
+    rotations,
+    sized_for_device,
+    warmed,
+)
 
 
 def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[str, float]]:
@@ -88,20 +96,43 @@ def attention_metrics(case: AttentionCase, modes: list[str]) -> dict[str, dict[s
     return metrics
 
 
-def per_run(key: str, measure: Callable[[], dict]) -> dict:
-    """``measure()`` once per asv run and key.
+def layer_norm_measures(shapes, dtypes, directions) -> dict[str, Callable[[], dict]]:
+    """What measures each LayerNorm case, by ``case_key``."""
+    return {
+        case_key(shape, dtype, direction): functools.partial(
+            layer_norm_metrics, sized_for_device(bench_case(shape, dtype)), direction
+        )
+        for shape in shapes
+        for dtype in dtypes
+        for direction in directions
+    }
 
-    asv gives all benchmarks of a class that defines ``setup_cache`` one working
-    directory for the run (and deletes it afterwards): the first process that
-    needs ``key`` measures it and leaves the JSON there for the others. Nothing
-    is written when measuring fails, so every benchmark of that key fails too.
-    """
-    path = Path(f"metrics-{key}.json")
-    if not path.exists():
-        partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps(measure()))
-        partial.replace(path)
-    return json.loads(path.read_text())
+
+def case_key(*params: str) -> str:
+    return "-".join(params)
+
+
+def measure_cases(measures: dict[str, Callable[[], dict]]) -> dict[str, dict | str]:
+    """Each case's metrics, measured in turn. A case whose measurement raises keeps its error
+    (a string) and the others are still measured: ``case_metrics`` then fails that case's
+    benchmarks only."""
+    results = {}
+    for key, measure in measures.items():
+        try:
+            results[key] = measure()
+        except Exception as err:  # recorded; case_metrics raises it for this case's benchmarks
+            results[key] = f"{type(err).__name__}: {err}"
+        print(f"measured {key}", flush=True)
+    return results
+
+
+def case_metrics(results: dict[str, dict | str], key: str) -> dict:
+    """One case's metrics from ``measure_cases``; raises what its measurement raised."""
+    if key not in results:
+        raise KeyError(f"{key} was not measured")
+    if isinstance(results[key], str):
+        raise RuntimeError(f"measuring {key} failed: {results[key]}")
+    return results[key]
 
 
 def main(argv=None) -> None:
@@ -117,17 +148,22 @@ def main(argv=None) -> None:
     import torch
 
     print(f"{torch.cuda.get_device_name(0)}: copy peak {timing.copy_peak_gbps():.0f} GB/s\n", flush=True)
-    rows = []
+    results = measure_cases(layer_norm_measures(args.shapes, args.dtypes, args.directions))
+    rows, failed = [], []
     for shape in args.shapes:
         for dtype in args.dtypes:
-            case = bench_case(shape, dtype)
             for direction in args.directions:
-                for variant, m in layer_norm_metrics(case, direction).items():
+                key = case_key(shape, dtype, direction)
+                if isinstance(results[key], str):
+                    failed.append(f"{key}: {results[key]}")
+                    continue
+                for variant, m in results[key].items():
                     rows.append({"kernel": f"layer_norm/{variant}", "case": f"{shape} {dtype} {direction}",
                                  "speedup_torch": m["speedup_vs_torch"], "speedup_compile": m["speedup_vs_compile"],
                                  "gbps": m["gbps"], "pct_peak": m["pct_peak"], "host_us": m["host_us"]})  # fmt: skip
-                print(f"measured {case.name} {direction}", flush=True)
     print(markdown_table(rows))
+    if failed:
+        raise SystemExit("measuring failed:\n" + "\n".join(failed))
 
 
 if __name__ == "__main__":

@@ -1,34 +1,35 @@
-"""harness.metrics.per_run: one measurement per asv run and key, shared through the
-setup_cache directory that asv makes every benchmark of the class run in."""
+"""harness.metrics.measure_cases and case_metrics: an asv metrics class measures every case once,
+in its setup_cache, and each benchmark reads its case; a case that failed fails its benchmarks only."""
 
 import pytest
 
-from harness.metrics import per_run
+from harness.metrics import case_key, case_metrics, measure_cases
 
 
-def test_first_process_measures_and_the_others_read(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_every_case_is_measured_once_and_read_by_key():
     calls = []
 
-    def measure():
-        calls.append(1)
-        return {"fused": {"gbps": 3000.0 + len(calls)}}
+    def measure(gbps):
+        calls.append(gbps)
+        return {"fused": {"gbps": gbps}}
 
-    first = per_run("layer_norm-4096x4096-float32-fwd", measure)
-    again = per_run("layer_norm-4096x4096-float32-fwd", measure)
-    other = per_run("layer_norm-4096x5000-float32-fwd", measure)
-    assert first == again == {"fused": {"gbps": 3001.0}}
-    assert other == {"fused": {"gbps": 3002.0}}
-    assert len(calls) == 2
+    key = case_key("4096x4096", "float32", "fwd")
+    results = measure_cases({key: lambda: measure(3000.0), "4096x5000-float32-fwd": lambda: measure(2900.0)})
+    assert case_metrics(results, key) == {"fused": {"gbps": 3000.0}}
+    assert case_metrics(results, "4096x5000-float32-fwd") == {"fused": {"gbps": 2900.0}}
+    assert calls == [3000.0, 2900.0]
 
 
-def test_a_failed_measurement_leaves_nothing_behind(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-
+def test_a_failed_case_fails_its_benchmarks_and_no_other():
     def crash():
         raise RuntimeError("kernel crashed")
 
-    with pytest.raises(RuntimeError, match="kernel crashed"):
-        per_run("attention-seed", crash)
-    assert list(tmp_path.iterdir()) == []
-    assert per_run("attention-seed", lambda: {"tma": {"tflops": 200.0}}) == {"tma": {"tflops": 200.0}}
+    results = measure_cases({"seed": crash, "gqa8-128-causal": lambda: {"tma": {"tflops": 200.0}}})
+    with pytest.raises(RuntimeError, match="measuring seed failed: RuntimeError: kernel crashed"):
+        case_metrics(results, "seed")
+    assert case_metrics(results, "gqa8-128-causal") == {"tma": {"tflops": 200.0}}
+
+
+def test_a_case_that_was_never_measured_is_an_error():
+    with pytest.raises(KeyError, match="4096x1024-float16-bwd was not measured"):
+        case_metrics({}, "4096x1024-float16-bwd")
