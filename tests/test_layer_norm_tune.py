@@ -114,9 +114,36 @@ def test_a_sweep_written_to_json_reads_back(tmp_path):
     key = tune.Key("fused", "bwd", "bfloat16", 1024)
     measured = [tune.Measurement(key, case, LaunchConfig(4, 1024, 4, balanced_grid=True), ms)
                 for case, ms in ((short, 0.0127), (tall, 0.054))]  # fmt: skip
+    confirmed = [dataclasses.replace(measured[0], ms=0.0131)]
     path = tmp_path / "sweep.json"
-    tune.write_json(path, {"name": "test"}, args, {}, {}, measured, [])
-    assert tune.read_measurements(path) == measured
+    tune.write_json(path, {"name": "test"}, args, {}, {}, measured, confirmed, [])
+    assert tune.read_measurements(path) == measured, "the sweep, not its confirmations"
+    assert json.loads(path.read_text())["confirmed"][0]["ms"] == 0.0131
+
+
+def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypatch):
+    """The sweep timed ``lucky`` once at 0.9 (an outlier); timed again in turn with ``steady``,
+    its rounds read 1.1 and it loses: each confirmed time is the median of its rounds."""
+    lucky, steady = LaunchConfig(1, 4096, 4, single_reduction=True), LaunchConfig(1, 4096, 4)
+    rounds = {lucky: [1.1, 1.2, 1.1], steady: [1.0, 1.0, 1.05]}
+    calls = []
+
+    class FakeTensors:
+        def runner(self, variant, direction, cfg):
+            return cfg
+
+    def interleaved_ms(fns):
+        calls.append(list(fns))
+        return {cfg: rounds[runner] for cfg, runner in fns.items()}
+
+    monkeypatch.setattr(tune.CaseTensors, "make", classmethod(lambda cls, case, variant, direction: FakeTensors()))
+    monkeypatch.setattr(tune.timing, "interleaved_ms", interleaved_ms)
+    cases = [LayerNormCase(4096, 5000, "float16")]
+    key = tune.Key("fused", "fwd", "float16", 5000)
+    confirmed = tune.confirm_leaders(key, cases, [lucky, steady])
+    assert calls == [[lucky, steady]], "both leaders in the same rounds, per shape"
+    assert {m.cfg: m.ms for m in confirmed} == {lucky: 1.1, steady: 1.0}
+    assert tune.ranked_by_geomean(confirmed)[0][0] == steady
 
 
 # Full sweeps at the kernels' current code: every key on the H100 (session 12), the fused backward
@@ -221,12 +248,13 @@ def test_auto_picks_the_variant_with_the_faster_best_config():
     assert tune.auto_choices(best) == {"auto/fwd/float32/5000": "two_pass", "auto/bwd/float32/5000": "fused"}
 
 
-def test_default_run_is_estimated_within_seven_minutes_on_14_processes():
-    # A full sweep fits one device-tool command (10 min) with room for the tests after it.
+def test_default_run_is_estimated_within_eight_minutes_on_14_processes():
+    # A full sweep fits one device-tool command (10 min) with room for the tests after it. The estimate
+    # runs high: 6.8 min estimated, 5.7 taken on the H100 before the confirmation pass (session 12).
     args = tune.parse_args(["--jobs", "14"])
     keys = tune.plan(args.variants, args.directions, args.dtypes, args.shapes)
     est = tune.estimate_s(keys, True, args.jobs, args.rep_ms, args.warmup_ms)
-    assert est["compile_s"] + est["time_s"] <= 420, est
+    assert est["compile_s"] + est["time_s"] <= 480, est
 
 
 def test_plan_runs_without_a_gpu(capsys):
@@ -256,3 +284,12 @@ def test_configs_are_timed_as_graphs_of_calls_over_rotated_inputs(direction, cud
     measured = tune.time_configs(key, tensors, configs, warmup_ms=1, rep_ms=5)
     assert [m.cfg for m in measured] == configs and all(0 < m.ms < 1 for m in measured), measured
     assert all(torch.isfinite(out).all() for out in outputs), "some input set was never run"
+
+
+@pytest.mark.gpu
+def test_leaders_are_confirmed_on_the_gpu(cuda_device):
+    case = LayerNormCase(4096, 1024, "bfloat16")
+    key = tune.Key("fused", "fwd", case.dtype, case.n)
+    leaders = candidates(key.variant, key.direction, case.torch_dtype, case.n)[:2]
+    confirmed = tune.confirm_leaders(key, [case], leaders)
+    assert [m.cfg for m in confirmed] == leaders and all(0 < m.ms < 1 for m in confirmed), confirmed
