@@ -255,11 +255,11 @@ def print_key_table(key: Key, measured: list[Measurement], ranked, confirmed, de
     shown = ranked[:top] + [r for r in ranked[top:] if r[0] == default]
     for cfg, geomean in shown:
         cells = "".join(f" {by[cfg, c].ms:.4f} ({by[cfg, c].gbps:.0f}) |" for c in cases)
-        mark = " best" if cfg == ranked[0][0] else ""
+        mark = " kept" if cfg == confirmed[0][0] else ""
         mark += " heuristic" if cfg == default else ""
         print(f"| {_cfg_cells(cfg, key)} |{cells} {geomean:.4f}{mark} |")
     leaders = ", ".join(f"{_cfg_cells(cfg, key).replace(' | ', '/')} {ms:.4f}" for cfg, ms in confirmed)
-    print(f"confirmed, {len(confirmed)} leaders timed again in turn: {leaders}")
+    print(f"confirmed, {len(confirmed)} leaders timed again in turn (the first is kept): {leaders}")
     heuristic = dict(ranked).get(default)
     if heuristic:
         print(f"best vs heuristic: {heuristic / ranked[0][1]:.3f}x (sweep timings)")

@@ -145,7 +145,7 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     if variant == "two_pass":
         if direction == "fwd":  # the row in one chunk up to 8192, rows packed to 2048 elements
             block_n = min(next_power_of_2(n), 8192)
-            block_m = prev_power_of_2(min(16, max(1, 2048 // block_n)))
+            block_m = prev_power_of_2(min(16, 2048 // block_n))
             return LaunchConfig(block_m, block_n, _warps_for(block_m * block_n, 32))
         # Two rows per program; x, dy, xhat and the dw/db sums live at once: 16 elements a thread.
         block_n = min(next_power_of_2(n), 4096)
@@ -153,7 +153,7 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
         return LaunchConfig(2, block_n, warps, programs_per_sm=max(1, 16 // warps))
     block_n, lanes = fused_block_n(direction, n), fused_lanes(direction, n)
     # Short rows: pack several per program, to 4096 elements forward, 8 rows backward.
-    block_m = prev_power_of_2(min(16, 4096 // lanes) if direction == "fwd" else min(8, 4096 // lanes))
+    block_m = prev_power_of_2(min(16 if direction == "fwd" else 8, 4096 // lanes))
     warps = _warps_for(block_m * block_n, 32)
     tail_warps = block_m * (lanes - block_n) * dtype.itemsize // (32 * 16)
     if tail_warps >= 1:  # a tail piece wide enough for 16-byte accesses keeps them (bf16 5000: 4 warps, 1.5x)
