@@ -42,7 +42,7 @@ from harness.workloads import (
 
 def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[str, float]]:
     """Per variant: speedup over eager torch and torch.compile, GB/s, % of the copy
-    peak, and the host's cost per eager call.
+    peak and % of a same-size copy, and the host's cost per eager call.
 
     Device times are do_bench medians (L2 flushed before every run) of a CUDA graph
     of back-to-back calls on rotated inputs (``harness.workloads.batched``), per call,
@@ -60,6 +60,7 @@ def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[st
     fns = {impl: batched(fn, rotate) for impl, fn in eager.items()}
     if gpu:
         fns["copy"] = timing.copy()  # 2 * COPY_BYTES moved
+        fns["same_size_copy"] = batched(timing.copy(nbytes // 2, rotate), rotate)  # nbytes moved, as the kernels are
     t = timing.interleaved_ms(fns)
     metrics = {}
     for variant in LAYER_NORM_VARIANTS:
@@ -71,6 +72,7 @@ def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[st
         if gpu:
             m["speedup_vs_compile"] = timing.median_ratio(t["torch_compile"], t[variant])
             m["pct_peak"] = 100 * nbytes / (2 * timing.COPY_BYTES) * timing.median_ratio(t["copy"], t[variant])
+            m["pct_same_size_copy"] = 100 * timing.median_ratio(t["same_size_copy"], t[variant])
         metrics[variant] = m
     return metrics
 
@@ -160,7 +162,8 @@ def main(argv=None) -> None:
                 for variant, m in results[key].items():
                     rows.append({"kernel": f"layer_norm/{variant}", "case": f"{shape} {dtype} {direction}",
                                  "speedup_torch": m["speedup_vs_torch"], "speedup_compile": m["speedup_vs_compile"],
-                                 "gbps": m["gbps"], "pct_peak": m["pct_peak"], "host_us": m["host_us"]})  # fmt: skip
+                                 "gbps": m["gbps"], "pct_peak": m["pct_peak"],
+                                 "pct_size_copy": m["pct_same_size_copy"], "host_us": m["host_us"]})  # fmt: skip
     print(markdown_table(rows))
     if failed:
         raise SystemExit("measuring failed:\n" + "\n".join(failed))

@@ -22,7 +22,14 @@ pytestmark = pytest.mark.skipif(
 )
 SMOKE_ATTRIBUTES = ["-a", "repeat=1", "-a", "rounds=1", "-a", "number=1", "-a", "warmup_time=0"]
 # Skipped by design in smoke mode (NotImplementedError): GPU-only references and metrics.
-GPU_ONLY = ("torch_compile", "track_speedup_vs_compile", "track_pct_peak", "bench_device", "Attention")
+GPU_ONLY = (
+    "torch_compile",
+    "track_speedup_vs_compile",
+    "track_pct_peak",
+    "track_pct_same_size_copy",
+    "bench_device",
+    "Attention",
+)
 
 
 def asv(*args, cwd=ROOT):
