@@ -15,7 +15,6 @@ clock, and ``gpu_timing()`` says so: such numbers are for smoke runs only.
 """
 
 import functools
-import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -82,20 +81,11 @@ def _copy_buffers() -> tuple[torch.Tensor, torch.Tensor]:
     return src, torch.empty_like(src)
 
 
-def copy(nbytes: int = COPY_BYTES, rotate: int = 1) -> Callable[[], object]:
-    """A device-to-device copy of ``nbytes`` each way, from a reused 1 GiB buffer pair. With
-    ``rotate``, successive calls cycle through that many disjoint slices (as many as fit), as
-    workloads cycle through input sets, so a batch of copies does not hit L2."""
+def copy(nbytes: int = COPY_BYTES) -> Callable[[], object]:
+    """A device-to-device copy of ``nbytes`` (from a reused 1 GiB buffer pair)."""
     src, dst = _copy_buffers()
-    n = max(1, min(nbytes, COPY_BYTES) // 4)
-    slices = [(src[i * n : (i + 1) * n], dst[i * n : (i + 1) * n]) for i in range(min(rotate, src.numel() // n))]
-    cycle = itertools.cycle(slices)
-
-    def run():
-        source, target = next(cycle)
-        return target.copy_(source)
-
-    return run
+    n = min(nbytes, COPY_BYTES) // 4
+    return lambda: dst[:n].copy_(src[:n])
 
 
 @functools.cache

@@ -18,14 +18,16 @@ one by one in this process as the suite times a call: ``harness.timing.median_ms
 of a CUDA graph of back-to-back calls on rotated input sets
 (``harness.workloads.batched``). Timing single launches instead would add the
 launch latency to every candidate, as large as a small case's kernel, and rank
-them by noise there. Each key's leaders are then timed once more with the
+them by noise there. The forward is timed as the suite's fwd case runs it, as
+inference: storing the statistics compiles another kernel that ranks differently
+(on an H100, fp16 4096x5000's earlier pick took 31.1 us storing them and 33.8 us
+without; the heuristic's configuration 32.6 and 31.7 us). Each key's leaders are then timed once more with the
 grid-only variations of ``harness.tune_space.refinements``. The backward is timed
 as the whole ``layer_norm_bwd`` (main kernel, partial buffer, column sums), since
 the grid's size changes the column-sum work too. Last, the ``CONFIRMED_LEADERS``
 first are timed again, round by round in turn (``harness.timing.interleaved_ms``, as
 the suite's metrics are), and the table keeps the fastest of those: one outlying
-timing in the sweep cannot pick the entry (on the H100, a 30.8 us timing of fp16
-4096x5000's pick that the suite measured at 33.7-33.8 us).
+timing in the sweep cannot pick the entry.
 
 ``--plan`` prints what would run and the time estimate, without a GPU.
 """
