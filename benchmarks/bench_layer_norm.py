@@ -7,8 +7,8 @@ processes far more than the kernels do, stays out of the samples the gate
 compares. ``LayerNormMetrics`` tracks what the gate and the history need,
 measured interleaved, every case in one process (harness.metrics): speedups over
 eager torch and torch.compile, GB/s, % of the measured copy peak and of a
-same-size copy (device times, do_bench with L2 flushed), and the host's cost of
-one eager call.
+copy of one of the case's tensors (device times, do_bench with L2 flushed), and
+the host's cost of one eager call.
 Shapes and dtypes come from harness.cases.layer_norm.
 """
 
@@ -85,12 +85,12 @@ class LayerNormMetrics:
 
     track_pct_peak.unit = "%"
 
-    def track_pct_same_size_copy(self, measured, shape, dtype, direction, variant):
-        """Achieved bandwidth over a copy of the case's bytes (half read, half written), timed as the
-        kernels are: where pct_peak falls short and this does not, the size, not the kernel, is why."""
-        return self._metric("pct_same_size_copy")
+    def track_pct_tensor_copy(self, measured, shape, dtype, direction, variant):
+        """Achieved bandwidth over that of a copy of one [M, N] tensor of the case into another, timed
+        as the kernels are: near 100 where pct_peak falls short, this size, not the kernel, is why."""
+        return self._metric("pct_tensor_copy")
 
-    track_pct_same_size_copy.unit = "%"
+    track_pct_tensor_copy.unit = "%"
 
     def track_host_us(self, measured, shape, dtype, direction, variant):
         """Host time to enqueue one eager call (checks, launches); the device time is time_layer_norm."""

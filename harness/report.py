@@ -62,7 +62,7 @@ def layer_norm_rows(values: dict) -> list[dict]:
                 "speedup_compile": _value(values, f"{LN_METRICS}.track_speedup_vs_compile", key),
                 "gbps": _value(values, f"{LN_METRICS}.track_gbps", key),
                 "pct_peak": _value(values, f"{LN_METRICS}.track_pct_peak", key),
-                "pct_size_copy": _value(values, f"{LN_METRICS}.track_pct_same_size_copy", key),
+                "pct_tensor_copy": _value(values, f"{LN_METRICS}.track_pct_tensor_copy", key),
                 "host_us": _value(values, f"{LN_METRICS}.track_host_us", key),
             }
         )
@@ -99,7 +99,7 @@ COLUMNS = [
     ("gbps", "GB/s", "{:.0f}"),
     ("tflops", "TFLOP/s", "{:.0f}"),
     ("pct_peak", "% peak", "{:.1f}"),
-    ("pct_size_copy", "% size copy", "{:.1f}"),
+    ("pct_tensor_copy", "% tensor copy", "{:.1f}"),
     ("host_us", "host (us)", "{:.1f}"),
 ]
 

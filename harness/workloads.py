@@ -161,6 +161,22 @@ def layer_norm_workload(case: LayerNormCase, impl: str, direction: str, rotate: 
     return forward_backward if direction == "fwd+bwd" else forward
 
 
+def tensor_copy_workload(case: LayerNormCase, rotate: int = 1) -> Callable[[], torch.Tensor]:
+    """A device copy of one [M, N] tensor of the case's dtype into another, cycling through
+    ``rotate`` pairs as ``layer_norm_workload`` cycles through input sets: tensors as the
+    allocator places them, so the copy meets the memory system as the kernels do at this size."""
+    device = bench_device()
+    pairs = [(case.make_inputs(device)[0], torch.empty(case.m, case.n, device=device, dtype=case.torch_dtype))
+             for _ in range(rotate)]  # fmt: skip
+    cycle = itertools.cycle(pairs)
+
+    def copy():
+        source, target = next(cycle)
+        return target.copy_(source)
+
+    return copy
+
+
 def timed_layer_norm(case: LayerNormCase, impl: str, direction: str) -> Callable[[], None]:
     """What the time_* benchmarks (asv, pytest-benchmark) call back to back: one
     ``layer_norm_workload`` call replayed from a CUDA graph, on rotated input sets

@@ -26,7 +26,7 @@ GPU_ONLY = (
     "torch_compile",
     "track_speedup_vs_compile",
     "track_pct_peak",
-    "track_pct_same_size_copy",
+    "track_pct_tensor_copy",
     "bench_device",
     "Attention",
 )

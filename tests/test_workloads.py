@@ -1,11 +1,12 @@
-"""harness.workloads: what the benchmarks replay is what they captured."""
+"""harness.workloads: what the benchmarks replay is what they captured, and the copies they stand beside."""
 
 import gc
 import weakref
 
 import torch
 
-from harness.workloads import in_cuda_graphs
+from harness.cases.layer_norm import LayerNormCase
+from harness.workloads import in_cuda_graphs, tensor_copy_workload
 
 
 def _doubling(device):
@@ -36,3 +37,16 @@ def test_a_replay_makes_as_many_calls_as_it_says(cuda_device):
     replay()
     torch.cuda.synchronize()
     assert replay.calls == 5 and count.item() == 5, "timing.median_ms divides a replay's time by its calls"
+
+
+def test_the_tensor_copy_cycles_through_its_own_pairs():
+    # harness.metrics' pct_tensor_copy: a copy of the case's [M, N] tensors, rotated as the inputs
+    # are, so that a batch of copies does not read what the previous one left in L2.
+    case = LayerNormCase(8, 40, "bfloat16")
+    copy = tensor_copy_workload(case, rotate=3)
+    targets = [copy() for _ in range(4)]
+    assert len({t.data_ptr() for t in targets[:3]}) == 3, "each call copies into another tensor"
+    assert targets[3].data_ptr() == targets[0].data_ptr(), "then the cycle starts over"
+    for target in targets[:3]:
+        assert target.shape == (case.m, case.n) and target.dtype == torch.bfloat16
+        assert target.isfinite().all() and target.abs().sum() > 0, "random rows were copied in"

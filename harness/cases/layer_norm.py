@@ -56,6 +56,11 @@ class LayerNormCase:
         b = (0.5 * torch.randn(self.n, **kw)).to(dt)
         return tuple(t.requires_grad_(requires_grad) for t in (x, w, b))
 
+    @property
+    def tensor_bytes(self) -> int:
+        """Bytes of one [M, N] tensor of the case: x, y, dy or dx."""
+        return self.m * self.n * self.torch_dtype.itemsize
+
     def bytes_moved(self, direction: str) -> int:
         """The fewest bytes a kernel must move: each input read once, each output written once.
 
@@ -63,8 +68,7 @@ class LayerNormCase:
         bwd: read x, dy, w, mean, rstd; write dx, dw, db.
         fwd+bwd: both.
         """
-        e = torch.finfo(self.torch_dtype).bits // 8
-        rows, params, stats = self.m * self.n * e, self.n * e, self.m * 4
+        rows, params, stats = self.tensor_bytes, self.n * self.torch_dtype.itemsize, self.m * 4
         fwd = 2 * rows + 2 * params + 2 * stats
         bwd = 3 * rows + 3 * params + 2 * stats
         return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[direction]
