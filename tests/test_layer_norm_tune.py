@@ -146,12 +146,14 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
     assert tune.ranked_by_geomean(confirmed)[0][0] == steady
 
 
-# Full sweeps at the kernels' current code: every key on the H100 (session 12), the fused backward
-# on the H200 (sessions 10 and 11).
+# Full sweeps at the kernels' current code: every key on the H100 (session 12, the forward timed
+# storing its statistics; session 13, timed as inference like the suite's fwd case), the fused
+# backward on the H200 (sessions 10 and 11).
 RECORDED_SWEEPS = [
     Path(__file__).parents[1] / "docs" / "results" / name
     for name in (
         "h100-2026-11-23-layer-norm-tune.json",
+        "h100-2026-11-23-layer-norm-tune-inference-fwd.json",
         "h200-2026-11-22-layer-norm-bwd-single-reduction-tune.json",
         "h200-2026-11-23-layer-norm-bwd-balanced-tune.json",
     )
