@@ -13,8 +13,6 @@ import itertools
 import math
 from pathlib import Path
 
-from asv.results import iter_results_for_machine_and_hash
-
 from harness.cases.layer_norm import LAYER_NORM_VARIANTS
 
 LN = "bench_layer_norm.LayerNorm"
@@ -29,6 +27,9 @@ def load_values(results_dir: Path, machine: str, commit: str) -> tuple[dict, dic
 
     Failed benchmarks are None, skipped ones NaN, as asv stores them.
     """
+    # Imported here: harness.metrics prints its table with this module on GPU images without asv.
+    from asv.results import iter_results_for_machine_and_hash
+
     values: dict[str, dict[tuple, float | None]] = {}
     params: dict = {}
     for result in iter_results_for_machine_and_hash(str(results_dir), machine, commit):
