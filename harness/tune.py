@@ -21,8 +21,9 @@ launch latency to every candidate, as large as a small case's kernel, and rank
 them by noise there. The forward is timed as the suite's fwd case runs it, as
 inference: storing the statistics compiles another kernel that ranks differently
 (on an H100, fp16 4096x5000's earlier pick took 31.1 us storing them and 33.8 us
-without; the heuristic's configuration 32.6 and 31.7 us). Each key's leaders are then timed once more with the
-grid-only variations of ``harness.tune_space.refinements``. The backward is timed
+without; the heuristic's configuration 32.6 and 31.7 us). Each key's leaders are
+then timed once more with the grid-only variations of
+``harness.tune_space.refinements``. The backward is timed
 as the whole ``layer_norm_bwd`` (main kernel, partial buffer, column sums), since
 the grid's size changes the column-sum work too. Last, the ``CONFIRMED_LEADERS``
 first are timed again, round by round in turn (``harness.timing.interleaved_ms``, as
