@@ -1,12 +1,14 @@
 """harness.metrics.measure_cases and case_metrics: an asv metrics class measures every case once,
 in its setup_cache, and each benchmark reads its case; a case that failed fails its benchmarks only;
-`python -m harness.metrics` needs no asv."""
+`python -m harness.metrics` needs no asv; the byte model behind every GB/s."""
 
 import importlib
 import sys
 
 import pytest
+import torch
 
+from harness.cases.layer_norm import LayerNormCase
 from harness.metrics import case_key, case_metrics, measure_cases
 
 
@@ -45,3 +47,18 @@ def test_the_metrics_table_needs_no_asv(monkeypatch):
     monkeypatch.delitem(sys.modules, "harness.report", raising=False)
     report = importlib.import_module("harness.report")
     assert "| layer_norm/fused |" in report.markdown_table([{"kernel": "layer_norm/fused", "gbps": 1.0}])
+
+
+def test_the_byte_model_counts_each_tensor_read_or_written_once():
+    case = LayerNormCase(6, 10, "bfloat16")
+    x, w, b = case.make_inputs("cpu")
+    stats = torch.empty(case.m, dtype=torch.float32)  # mean or rstd
+
+    def size(*tensors):
+        return sum(t.nbytes for t in tensors)
+
+    inference = size(x, w, b, x)  # read x, w, b; write y: the fwd case saves no statistics
+    backward = size(x, x, w, stats, stats, x, w, b)  # read x, dy, w, mean, rstd; write dx, dw, db
+    assert case.bytes_moved("fwd") == inference
+    assert case.bytes_moved("bwd") == backward
+    assert case.bytes_moved("fwd+bwd") == inference + size(stats, stats) + backward
