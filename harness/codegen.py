@@ -23,11 +23,11 @@ _TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "
 def _signature(launch: Launch) -> tuple[dict, dict]:
     """Argument types, and the divisibility-16 hints Triton's JIT would derive
     for the same values (pointers from the caching allocator are aligned; ints
-    that are multiples of 16 are specialized)."""
+    that are multiples of 16 are specialized, unless the kernel opts out)."""
     runtime_names = [n for n in launch.kernel.arg_names if n not in launch.constexprs]
     values = dict(zip(runtime_names, launch.args, strict=True))
     signature, attrs = {}, {}
-    for i, name in enumerate(launch.kernel.arg_names):
+    for i, (name, param) in enumerate(zip(launch.kernel.arg_names, launch.kernel.params, strict=True)):
         if name in launch.constexprs:
             signature[name] = "constexpr"
             continue
@@ -37,7 +37,7 @@ def _signature(launch: Launch) -> tuple[dict, dict]:
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(value, int):
             signature[name] = "i32"
-            if value % 16 == 0:
+            if value % 16 == 0 and not param.do_not_specialize:
                 attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             signature[name] = "fp32"

@@ -21,8 +21,9 @@ def sm_count(device_index: int) -> int:
 
 
 @functools.cache
-def supports_pdl(device_index: int) -> bool:
-    """Programmatic dependent launch (griddepcontrol): Hopper (sm_90) and newer."""
+def is_sm90_or_newer(device_index: int) -> bool:
+    """Hopper (sm_90) and newer: programmatic dependent launch (griddepcontrol) and the TMA unit's
+    bulk prefetch (cp.async.bulk.prefetch)."""
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 

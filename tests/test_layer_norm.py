@@ -22,7 +22,7 @@ from kernels.layer_norm.config import (
     persistent_programs,
     prev_power_of_2,
 )
-from kernels.layer_norm.ops import _sms, gpu_of, layer_norm_fwd, pdl_of, select_variant
+from kernels.layer_norm.ops import _sms, forward_launch, gpu_of, layer_norm_fwd, pdl_of, select_variant
 from kernels.layer_norm.reference import layer_norm_ref
 
 pytestmark = pytest.mark.kernel
@@ -91,6 +91,31 @@ def test_fused_forward_options(dtype, preload_affine, single_reduction, n, kerne
         single_reduction=single_reduction,
     )
     _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, {"fwd": cfg}))
+
+
+@pytest.mark.parametrize("prefetch_per_sm", [1, 5, 50])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_forward_prefetch_is_only_a_hint(dtype, prefetch_per_sm, cuda_device):
+    """Pulling later programs' rows into L2 changes no output bit: rows of 5000 (head and tail
+    piece), an odd M, distances that stay within the grid, leave it for its last programs, or
+    reach past every row. Rows that are not 16-byte aligned are not prefetched."""
+    case = LayerNormCase(1001, 5000, dtype, offset=1e3)
+    x, w, b = case.make_inputs(cuda_device)
+    plain = heuristic_config("fused", "fwd", case.torch_dtype, case.n)
+    cfg = dataclasses.replace(plain, prefetch_per_sm=prefetch_per_sm)
+    poisoned = torch.full_like(x, float("nan"))
+    assert forward_launch(x, w, b, case.eps, "fused", poisoned, None, None, cfg).args[-1] == (
+        prefetch_per_sm * _sms(x) * cfg.block_m
+    ), "the launch does not prefetch"
+    y_plain, _, _ = layer_norm_fwd(x, w, b, case.eps, "fused", cfg=plain)
+    y, _, _ = layer_norm_fwd(x, w, b, case.eps, "fused", out=(poisoned, None, None), cfg=cfg)
+    assert torch.equal(y, y_plain)
+    y_ref = layer_norm_ref(x, w, b, case.eps, torch.randn_like(x))[0]
+    torch.testing.assert_close(y.double(), y_ref, atol=case.tolerance("y")[0], rtol=case.tolerance("y")[1])
+
+    shifted = torch.empty(case.m * case.n + 1, dtype=x.dtype, device=cuda_device)[1:].view_as(x).copy_(x)
+    assert forward_launch(shifted, w, b, case.eps, "fused", poisoned, None, None, cfg).args[-1] == 0
+    torch.testing.assert_close(layer_norm_fwd(shifted, w, b, case.eps, "fused", cfg=cfg)[0], y_plain, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("tile", ["whole row", "two pieces"])

@@ -162,6 +162,25 @@ def test_fused_forward_options_change_the_code_as_intended(dtype):
         assert compiled(single_reduction=True)[1] < compiled()[1]
 
 
+@pytest.mark.parametrize("block_m", [1, 2])
+def test_fused_forward_prefetch_is_one_bulk_prefetch_a_row(block_m):
+    # One TMA bulk prefetch (UBLKPF.L2) per row, of the rows prefetch_rows later, and only with
+    # prefetch_per_sm set: after the wait for the previous kernel, before the statistics' first
+    # cross-warp exchange (BAR.SYNC). ptxas places it after the program's own loads are issued.
+    def instructions(prefetch_per_sm):
+        cfg = LaunchConfig(block_m, 4096, 4, prefetch_per_sm=prefetch_per_sm)
+        code, usage, _ = _compiled("fused", "fwd", 4096, 5000, "bfloat16", cfg)
+        _assert_no_spills(code, usage, str(cfg))
+        return _opcodes(code)
+
+    assert not any(op.startswith("UBLKPF") for op in instructions(0))
+    ops = instructions(2)
+    prefetches = [i for i, op in enumerate(ops) if op.startswith("UBLKPF.L2")]
+    barriers = [i for i, op in enumerate(ops) if op.startswith("BAR.SYNC")]
+    assert len(prefetches) == block_m, ops
+    assert ops.index("ACQBULK") < prefetches[0] and prefetches[-1] < barriers[0]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fused_backward_single_reduction_leaves_fewer_barriers(dtype):
     # Each cross-warp row sum costs barriers in every row block's iteration: c1's and c2's
@@ -184,7 +203,7 @@ def test_kernels_wait_for_their_predecessor_before_touching_memory(variant, dire
     code, _, _ = _compiled(variant, direction, 4096, 4096, "float32", cfg)
     instructions = _opcodes(code)
     wait = instructions.index("ACQBULK")
-    memory = [i for i, op in enumerate(instructions) if re.match(r"(LDG|STG|LDGSTS|RED|ATOMG)\b", op)]
+    memory = [i for i, op in enumerate(instructions) if re.match(r"(LDG|STG|LDGSTS|RED|ATOMG|UBLKPF)\b", op)]
     assert memory and wait < memory[0], (
         f"global memory accessed before griddepcontrol.wait: {instructions[: memory[0] + 1]}"
     )

@@ -58,6 +58,10 @@ class LaunchConfig:
     single_reduction: bool = False
     # Backward only: as few programs as take the same number of row-block steps each (persistent_programs).
     balanced_grid: bool = False
+    # Fused forward only: each program first pulls into L2 the rows of the program this many times
+    # the SM count later in the grid (0: off). About one resident grid ahead pays; further, the rows
+    # are evicted before use.
+    prefetch_per_sm: int = 0
 
 
 # Host-side integer helpers. triton.cdiv and triton.next_power_of_2 are

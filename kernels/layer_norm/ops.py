@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 import triton
 
-from kernels.device import gpu_class, interpreter_mode, sm_count, supports_pdl
+from kernels.device import gpu_class, interpreter_mode, is_sm90_or_newer, sm_count
 from kernels.layer_norm import triton_kernels as tk
 from kernels.layer_norm.config import (
     FUSED_MAX_N,
@@ -96,7 +96,7 @@ def pdl_of(t: torch.Tensor) -> bool:
     """Whether launches on ``t``'s device use programmatic dependent launch: each kernel may
     start (and wait) while the previous one in the stream drains, which hides the launch gap
     between back-to-back kernels. sm_90 and newer, unless ``KERNELS_PDL=0``."""
-    return t.is_cuda and supports_pdl(t.device.index or 0) and os.environ.get(PDL_ENV) != "0"
+    return t.is_cuda and is_sm90_or_newer(t.device.index or 0) and os.environ.get(PDL_ENV) != "0"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,19 +144,27 @@ def forward_launch(
     cfg = cfg or launch_config(variant, "fwd", x2.dtype, n, gpu_of(x2))
     if cfg.single_reduction and x2.dtype == torch.float32:
         raise ValueError(f"layer_norm: {cfg} asks for single_reduction, which is for 16-bit inputs only, got float32")
+    vec = vector_width(n, x2, y, weight, bias)
+    # The bulk prefetch (sm_90+) takes whole 16-byte aligned rows: those of the program
+    # prefetch_per_sm x SMs later. Meta tensors stand for the sm_90 target harness.codegen compiles for.
+    sm90 = x2.is_meta or (x2.is_cuda and is_sm90_or_newer(x2.device.index or 0))
+    prefetch = cfg.prefetch_per_sm > 0 and sm90 and vec * x2.element_size() == 16
     fused_only = dict(
         TAIL_N=fused_tail_n(n, cfg.block_n),
         PDL=pdl_of(x2),
         PRELOAD_AFFINE=cfg.preload_affine,
         SINGLE_REDUCTION=cfg.single_reduction,
+        PREFETCH=prefetch,
     )
+    prefetch_rows = cfg.prefetch_per_sm * _sms(x2) * cfg.block_m if prefetch else 0
     return Launch(
         kernel=_FWD_KERNELS[variant],
         grid=(cdiv(m, cfg.block_m),),
         args=(x2, y, weight if weight is not None else x2, bias if bias is not None else x2,
-              mean if mean is not None else x2, rstd if rstd is not None else x2, x2.stride(0), y.stride(0), m, n, eps),
+              mean if mean is not None else x2, rstd if rstd is not None else x2, x2.stride(0), y.stride(0), m, n, eps,
+              *((prefetch_rows,) if variant == "fused" else ())),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, STORE_STATS=mean is not None,
-                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, y, weight, bias),
+                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec,
                         **(fused_only if variant == "fused" else {})),
         num_warps=cfg.num_warps,
     )  # fmt: skip

@@ -43,6 +43,14 @@ instead of after the statistics; ``SINGLE_REDUCTION`` (16-bit inputs) takes the 
 the sum of squares of the shifted row in one cross-warp exchange instead of two. The fused
 backward takes ``SINGLE_REDUCTION`` too, for c1's and c2's sums (any dtype: no new rounding).
 
+The fused forward may also prefetch (``PREFETCH``; sm_90+, 16-byte aligned rows): each program
+first has the TMA unit pull the rows ``prefetch_rows`` past its own into L2, so that programs
+find their rows there when they start instead of each waiting out a whole row's loads before it
+can reduce, the grid's last ones with the memory system idling around them. In a probe on an H100,
+about one resident grid ahead, 16-bit 4096x5000 went from 94% of the speed of a copy of its tensor
+to 97-99.5%, and fp16 16384x5000 ran 1.045x as fast. Too far ahead, the rows are evicted before
+use and it is much slower, so the distance is tuned.
+
 The fused forward and the column sum take ``PDL``: launched with programmatic
 dependent launch (sm_90+), such a kernel is scheduled while the previous one in the
 stream drains and waits for it before touching memory (``_await_previous_kernel``),
@@ -162,6 +170,21 @@ def _shifted_sums(x, mask, shift, SINGLE_REDUCTION: tl.constexpr):
 
 
 @triton.jit
+def _prefetch_rows_into_l2(X, rows, row_ok, stride, N):
+    # One bulk prefetch of each whole row, issued by one thread (cp.async.bulk.prefetch, sm_90+:
+    # the row must start 16-byte aligned and span a multiple of 16 bytes). No data reaches
+    # registers and nothing waits for it.
+    lane = tl.arange(0, tl_cuda.num_threads())
+    issue = ((lane[None, :] == 0) & row_ok[:, None]).to(tl.int32)
+    start = X + _row_offsets(rows, stride) + lane[None, :] * 0
+    row_bytes = issue * 0 + N * (X.dtype.element_ty.primitive_bitwidth // 8)
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }",
+        "=r,l,r,r", [start, issue, row_bytes], dtype=tl.int32, is_pure=False, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["prefetch_rows"])  # one kernel for every distance the tuner tries
 def fused_fwd_kernel(
     X,  # input, [M, N], row stride stride_x, unit column stride
     Y,  # output, [M, N], row stride stride_y
@@ -174,6 +197,7 @@ def fused_fwd_kernel(
     M,
     N,
     eps,
+    prefetch_rows,  # with PREFETCH: the distance, in rows, to the rows each program pulls into L2
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     STORE_STATS: tl.constexpr,  # False for inference: nothing will read them
@@ -184,11 +208,14 @@ def fused_fwd_kernel(
     PDL: tl.constexpr,  # launched with launch_pdl (sm_90+): see _await_previous_kernel
     PRELOAD_AFFINE: tl.constexpr,  # load w and b with x rather than after the statistics
     SINGLE_REDUCTION: tl.constexpr,  # 16-bit inputs only: sum and sum of squares in one reduction
+    PREFETCH: tl.constexpr,  # sm_90+, 16-byte aligned rows: pull later rows into L2 first
 ):
     _await_previous_kernel(PDL)
     N, stride_x, stride_y = _aligned(N, VEC), _aligned(stride_x, VEC), _aligned(stride_y, VEC)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < M
+    if PREFETCH:
+        _prefetch_rows_into_l2(X, rows + prefetch_rows, rows + prefetch_rows < M, stride_x, N)
     x, cols, col_ok, mask = _piece(X, rows, row_ok, stride_x, 0, N, BLOCK_N)
     if TAIL_N > 0:
         x_t, cols_t, col_ok_t, mask_t = _piece(X, rows, row_ok, stride_x, BLOCK_N, N, TAIL_N)
