@@ -22,7 +22,7 @@ them by noise there. The forward is timed as the suite's fwd case runs it, as
 inference: storing the statistics compiles another kernel that ranks differently
 (on an H100, fp16 4096x5000's earlier pick took 31.1 us storing them and 33.8 us
 without; the heuristic's configuration 32.6 and 31.7 us). Each key's leaders are
-then timed once more with the grid-only variations of
+then timed once more with the runtime-argument variations of
 ``harness.tune_space.refinements``. The backward is timed
 as the whole ``layer_norm_bwd`` (main kernel, partial buffer, column sums), since
 the grid's size changes the column-sum work too. Last, the ``CONFIRMED_LEADERS``
@@ -137,15 +137,17 @@ def ranked_by_geomean(measurements: list[Measurement]) -> list[tuple[LaunchConfi
 
 def estimate_s(keys: dict[Key, list[LayerNormCase]], seed: bool, jobs: int, rep_ms: float, warmup_ms: float) -> dict:
     units = {(k.variant, k.direction, k.dtype, k.n, c) for k in keys for c in compile_units(key_candidates(k))}
-    # The refinements are of the leaders: any REFINED_LEADERS candidates count the same.
-    per_key = {
-        k: len(key_candidates(k)) + len(refinements(k.variant, k.direction, key_candidates(k)[:REFINED_LEADERS]))
-        for k in keys
-    }
+    # The refinements are of the leaders: any REFINED_LEADERS candidates count the same. Their own
+    # kernels compile one at a time in the timing process.
+    refined = {k: refinements(k.variant, k.direction, key_candidates(k)[:REFINED_LEADERS]) for k in keys}
+    compiled_when_timed = sum(
+        len(set(compile_units(r)) - set(compile_units(key_candidates(k)))) for k, r in refined.items()
+    )
+    per_key = {k: len(key_candidates(k)) + len(refined[k]) for k in keys}
     confirmations = CONFIRMED_LEADERS * timing.ROUNDS
     timings = sum((per_key[k] + confirmations) * len(cases) for k, cases in keys.items())
     timings += len(seed_configs()) if seed else 0
-    compile_s = POOL_START_S + len(units) * COMPILE_S / jobs
+    compile_s = POOL_START_S + len(units) * COMPILE_S / jobs + compiled_when_timed * COMPILE_S
     time_s = len(units) * LOAD_S + timings * ((warmup_ms + rep_ms) / 1e3 + TIMING_OVERHEAD_S)
     return {"kernels": len(units), "timings": timings, "compile_s": compile_s, "time_s": time_s}
 
@@ -224,7 +226,8 @@ def _option_columns(key: Key) -> dict[str, str]:
         pipeline = {"programs/SM": "programs_per_sm", "stages": "num_stages"}
         fused = {"balanced grid": "balanced_grid", "one reduction": "single_reduction"}
         return {**pipeline, **fused} if key.variant == "fused" else pipeline
-    return {"preload w, b": "preload_affine", "one reduction": "single_reduction"} if key.variant == "fused" else {}
+    fused = {"preload w, b": "preload_affine", "one reduction": "single_reduction", "prefetch/SM": "prefetch_per_sm"}
+    return fused if key.variant == "fused" else {}
 
 
 def _cfg_cells(cfg: LaunchConfig, key: Key) -> str:

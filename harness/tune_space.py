@@ -4,7 +4,8 @@ Wide enough to matter (rows per program, chunk size for two_pass, for fused a
 non-power-of-two row whole or in two pieces, 1 to 16 warps; for the fused forward
 whether w and b load up front and, 16-bit, the statistics in one reduction; for the
 backward the persistent grid size and, fused, how many row blocks' loads are in flight, then
-whether the leaders' grids are balanced),
+whether the leaders' grids are balanced; for the fused forward, how far ahead the leaders
+prefetch rows into L2),
 pruned to tiles a memory-bound kernel can use well, so that every key of the
 benchmark suite tunes in minutes:
 
@@ -124,21 +125,38 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
 
 
 REFINED_LEADERS = 8  # per key: the configurations ranked first, tried again with refinements()
+# The fused forward's L2 prefetch distances, in programs per SM, tried on its first PREFETCH_LEADERS.
+# On an H100 the best was about one resident grid ahead (2-5 per SM); at 10 every case ran 0.6-0.9x
+# as fast as without.
+PREFETCH_PER_SM = (1, 2, 3, 4, 5, 6, 8)
+PREFETCH_LEADERS = 4
 
 
 def refinements(variant: str, direction: str, leaders: list[LaunchConfig]) -> list[LaunchConfig]:
-    """Variations of a key's leading configurations, timed after the first ranking: for the fused
-    backward, the balanced persistent grid (config.persistent_programs). It changes the grid only,
-    by a few percent either way, so trying it on every tile would double the sweep for little."""
+    """Variations of a key's leading configurations, timed after the first ranking. They change a
+    few percent either way, so trying them on every tile would multiply the sweep for little: for
+    the fused backward, the balanced persistent grid (config.persistent_programs; the same kernels);
+    for the fused forward, the L2 prefetch at each distance (one more kernel per leader, compiled
+    where it is timed)."""
     if variant == "fused" and direction == "bwd":
         return [dataclasses.replace(cfg, balanced_grid=True) for cfg in leaders]
+    if variant == "fused" and direction == "fwd":
+        return [
+            dataclasses.replace(cfg, prefetch_per_sm=ahead)
+            for cfg in leaders[:PREFETCH_LEADERS]
+            for ahead in PREFETCH_PER_SM
+        ]
     return []
 
 
 def compile_unit(cfg: LaunchConfig) -> LaunchConfig:
-    """The configuration that names ``cfg``'s kernel: the persistent grid's size is not in the code."""
+    """The configuration that names ``cfg``'s kernel: the persistent grid's size and the prefetch
+    distance are runtime arguments; whether it prefetches is in the code."""
     return dataclasses.replace(
-        cfg, programs_per_sm=LaunchConfig.programs_per_sm, balanced_grid=LaunchConfig.balanced_grid
+        cfg,
+        programs_per_sm=LaunchConfig.programs_per_sm,
+        balanced_grid=LaunchConfig.balanced_grid,
+        prefetch_per_sm=min(cfg.prefetch_per_sm, 1),
     )
 
 

@@ -16,7 +16,8 @@
 #   gpu-tests[=ARGS] the compiled pytest run with --require-gpu, JUnit XML for the gate (the image's
 #                   numpy >= 2.4 breaks Triton 3.6's interpreter, and it lacks the workflow checkers:
 #                   CPU CI runs those parts)
-#   tune            nox -s tune: LayerNorm launch configs, raw sweep in tune.json
+#   tune[=ARGS]     nox -s tune: LayerNorm launch configs, raw sweep in tune.json (ARGS e.g.
+#                   "--variants fused --directions fwd --no-seed": one kernel's keys)
 #   tune-attention  the attention backward tile sweep
 #   host-overhead   per-call host cost of the LayerNorm wrapper vs eager torch
 #   metrics[=ARGS]  python -m harness.metrics: every LayerNorm case's asv metrics, in minutes
@@ -65,8 +66,8 @@ for step in "$@"; do
         | log tests \
         | grep -E "passed|failed|error|SKIPPED|^FAILED"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
-    tune)
-      nox_ -s tune -- --json "$ART/tune.json" 2>&1 | log tune | grep -E "best|estimate|^\[|Error"
+    tune|tune=*)
+      nox_ -s tune -- --json "$ART/tune.json" $arg 2>&1 | log tune | grep -E "best|estimate|^\[|Error"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     tune-attention)
       python3 -m harness.tune_attention 2>&1 | log tune-attention | tail -40; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
