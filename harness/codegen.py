@@ -46,12 +46,11 @@ def _signature(launch: Launch) -> tuple[dict, dict]:
 
 def compile_sm90(launch: Launch):
     """The compiled kernel (``.asm`` holds ttir, ttgir, llir, ptx and cubin), as an sm_90 device
-    launches it: kernels that take ``PDL`` with programmatic dependent launch (``pdl_of``), which
-    meta tensors cannot tell."""
+    launches it: the launchers build launches on meta tensors as for one (``ops.pdl_of``, the
+    fused forward's prefetch)."""
     signature, attrs = _signature(launch)
-    pdl = "PDL" in launch.constexprs
-    constexprs = {**launch.constexprs, "PDL": True} if pdl else launch.constexprs
-    source = ASTSource(launch.kernel, signature, constexprs=constexprs, attrs=attrs)
+    pdl = launch.constexprs.get("PDL", False)
+    source = ASTSource(launch.kernel, signature, constexprs=launch.constexprs, attrs=attrs)
     return triton.compile(source, target=SM90, options={"num_warps": launch.num_warps, "launch_pdl": pdl})
 
 

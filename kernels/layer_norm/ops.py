@@ -92,11 +92,17 @@ def gpu_of(t: torch.Tensor) -> str | None:
 PDL_ENV = "KERNELS_PDL"  # "0": launch without programmatic dependent launch (to compare, or to rule it out)
 
 
+def _on_sm90(t: torch.Tensor) -> bool:
+    """``t``'s GPU is sm_90 or newer. Meta tensors stand for the sm_90 target ``harness.codegen``
+    compiles their launches for."""
+    return t.is_meta or (t.is_cuda and is_sm90_or_newer(t.device.index or 0))
+
+
 def pdl_of(t: torch.Tensor) -> bool:
     """Whether launches on ``t``'s device use programmatic dependent launch: each kernel may
     start (and wait) while the previous one in the stream drains, which hides the launch gap
     between back-to-back kernels. sm_90 and newer, unless ``KERNELS_PDL=0``."""
-    return t.is_cuda and is_sm90_or_newer(t.device.index or 0) and os.environ.get(PDL_ENV) != "0"
+    return _on_sm90(t) and os.environ.get(PDL_ENV) != "0"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,9 +152,8 @@ def forward_launch(
         raise ValueError(f"layer_norm: {cfg} asks for single_reduction, which is for 16-bit inputs only, got float32")
     vec = vector_width(n, x2, y, weight, bias)
     # The bulk prefetch (sm_90+) takes whole 16-byte aligned rows: those of the program
-    # prefetch_per_sm x SMs later. Meta tensors stand for the sm_90 target harness.codegen compiles for.
-    sm90 = x2.is_meta or (x2.is_cuda and is_sm90_or_newer(x2.device.index or 0))
-    prefetch = cfg.prefetch_per_sm > 0 and sm90 and vec * x2.element_size() == 16
+    # prefetch_per_sm x SMs later.
+    prefetch = cfg.prefetch_per_sm > 0 and _on_sm90(x2) and vec * x2.element_size() == 16
     fused_only = dict(
         TAIL_N=fused_tail_n(n, cfg.block_n),
         PDL=pdl_of(x2),
