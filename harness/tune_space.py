@@ -4,7 +4,7 @@ Wide enough to matter (rows per program, chunk size for two_pass, for fused a
 non-power-of-two row whole or in two pieces, 1 to 16 warps; for the fused forward
 whether w and b load up front and, 16-bit, the statistics in one reduction; for the
 backward the persistent grid size and, fused, how many row blocks' loads are in flight, then
-whether the leaders' grids are balanced; for the fused forward, how far ahead the leaders
+whether the leaders' grids are balanced; for both fused kernels, how far ahead the leaders
 prefetch rows into L2),
 pruned to tiles a memory-bound kernel can use well, so that every key of the
 benchmark suite tunes in minutes:
@@ -125,10 +125,10 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
 
 
 REFINED_LEADERS = 8  # per key: the configurations ranked first, tried again with refinements()
-# The fused forward's L2 prefetch distances, in programs per SM, tried on its first PREFETCH_LEADERS.
-# On an H100 the best was about one resident grid ahead (2-5 per SM); at 10 every case ran 0.6-0.9x
-# as fast as without.
-PREFETCH_PER_SM = (1, 2, 3, 4, 5, 6, 8)
+# The fused kernels' L2 prefetch distances, in row blocks per SM, tried on their first PREFETCH_LEADERS.
+# On an H100 the forward's best was about one resident grid ahead (2-5 per SM), and at 10 every case
+# ran 0.6-0.9x as fast as without; on an H200 three keys of short rows took 8, the farthest then tried.
+PREFETCH_PER_SM = (1, 2, 3, 4, 5, 6, 8, 12, 16)
 PREFETCH_LEADERS = 4
 
 
@@ -136,17 +136,20 @@ def refinements(variant: str, direction: str, leaders: list[LaunchConfig]) -> li
     """Variations of a key's leading configurations, timed after the first ranking. They change a
     few percent either way, so trying them on every tile would multiply the sweep for little: for
     the fused backward, the balanced persistent grid (config.persistent_programs; the same kernels);
-    for the fused forward, the L2 prefetch at each distance (one more kernel per leader, compiled
-    where it is timed)."""
-    if variant == "fused" and direction == "bwd":
-        return [dataclasses.replace(cfg, balanced_grid=True) for cfg in leaders]
-    if variant == "fused" and direction == "fwd":
-        return [
-            dataclasses.replace(cfg, prefetch_per_sm=ahead)
-            for cfg in leaders[:PREFETCH_LEADERS]
-            for ahead in PREFETCH_PER_SM
-        ]
-    return []
+    for both fused kernels, the L2 prefetch at each distance (one more kernel per leader, compiled
+    where it is timed), in the backward on either grid."""
+    if variant != "fused":
+        return []
+    # The backward tries each distance on either grid, so on half as many leaders (the sweep's time).
+    grids = (False, True) if direction == "bwd" else (False,)
+    prefetching = [
+        dataclasses.replace(cfg, balanced_grid=balanced, prefetch_per_sm=ahead)
+        for cfg in leaders[: PREFETCH_LEADERS // len(grids)]
+        for balanced in grids
+        for ahead in PREFETCH_PER_SM
+    ]
+    balanced = [dataclasses.replace(cfg, balanced_grid=True) for cfg in leaders] if direction == "bwd" else []
+    return balanced + prefetching
 
 
 def compile_unit(cfg: LaunchConfig) -> LaunchConfig:

@@ -22,7 +22,16 @@ from kernels.layer_norm.config import (
     persistent_programs,
     prev_power_of_2,
 )
-from kernels.layer_norm.ops import _sms, forward_launch, gpu_of, layer_norm_fwd, pdl_of, select_variant
+from kernels.layer_norm.ops import (
+    _sms,
+    backward_launch,
+    forward_launch,
+    gpu_of,
+    layer_norm_bwd,
+    layer_norm_fwd,
+    pdl_of,
+    select_variant,
+)
 from kernels.layer_norm.reference import layer_norm_ref
 
 pytestmark = pytest.mark.kernel
@@ -120,6 +129,43 @@ def test_fused_forward_prefetch_is_only_a_hint(dtype, prefetch_per_sm, cuda_devi
         shifted, w, b, case.eps, "fused", out=(torch.full_like(x, float("nan")), None, None), cfg=cfg
     )
     torch.testing.assert_close(y_shifted.double(), y_ref, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("prefetch_per_sm", [1, 5, 50])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_backward_prefetch_is_only_a_hint(dtype, prefetch_per_sm, cuda_device):
+    """The persistent backward's L2 prefetch of later row blocks' x and dy changes no bit of dx, dw
+    or db: rows of 5000, an odd M, distances within the rows and past them. Rows that are not
+    16-byte aligned are not prefetched."""
+    case = LayerNormCase(1001, 5000, dtype, offset=1e3)
+    x, w, b = case.make_inputs(cuda_device)
+    dy = torch.randn_like(x)
+    _, mean, rstd = layer_norm_fwd(x, w, b, case.eps, "fused")
+    plain = heuristic_config("fused", "bwd", case.torch_dtype, case.n)
+    cfg = dataclasses.replace(plain, prefetch_per_sm=prefetch_per_sm)
+
+    def backward(x, dy, cfg):
+        poisoned = tuple(torch.full_like(t, float("nan")) for t in (x, w, b))
+        return layer_norm_bwd(dy, x, w, b, mean, rstd, "fused", out=poisoned, cfg=cfg)
+
+    def prefetch_rows(x, dy):
+        return backward_launch(dy, x, w, b, mean, rstd, "fused", torch.empty_like(x), cfg)[0].args[-1]
+
+    assert prefetch_rows(x, dy) == prefetch_per_sm * _sms(x) * cfg.block_m, "the launch does not prefetch"
+    grads = backward(x, dy, cfg)
+    for name, got, expected in zip(("dx", "dw", "db"), grads, backward(x, dy, plain), strict=True):
+        assert torch.equal(got, expected), name
+    refs = layer_norm_ref(x, w, b, case.eps, dy)[1:4]
+
+    def assert_matches_reference(grads):
+        _assert_matches_reference(case, dict(zip(("dx", "dw", "db"), zip(grads, refs, strict=True), strict=True)))
+
+    assert_matches_reference(grads)
+    shifted_x, shifted_dy = (
+        torch.empty(case.m * case.n + 1, dtype=t.dtype, device=cuda_device)[1:].view_as(t).copy_(t) for t in (x, dy)
+    )
+    assert prefetch_rows(shifted_x, shifted_dy) == 0
+    assert_matches_reference(backward(shifted_x, shifted_dy, cfg))
 
 
 @pytest.mark.parametrize("tile", ["whole row", "two pieces"])

@@ -181,6 +181,26 @@ def test_fused_forward_prefetch_is_one_bulk_prefetch_a_row(block_m):
     assert ops.index("ACQBULK") < prefetches[0] and prefetches[-1] < barriers[0]
 
 
+@pytest.mark.parametrize("block_m", [1, 2])
+def test_fused_backward_prefetch_is_two_bulk_prefetches_a_row_in_the_pipelined_loop(block_m):
+    # Each row-block step prefetches its x and dy rows prefetch_rows later (UBLKPF.L2, one per row
+    # and tensor), between the cp.async copies of the loop's prologue and those of its body, and the
+    # loop keeps its pipelined copies.
+    def instructions(prefetch_per_sm):
+        cfg = LaunchConfig(block_m, 4096, 8, programs_per_sm=1, num_stages=3, prefetch_per_sm=prefetch_per_sm)
+        code, usage, _ = _compiled("fused", "bwd", 4096, 4096, "bfloat16", cfg)
+        _assert_no_spills(code, usage, str(cfg))
+        return _opcodes(code)
+
+    plain, ops = instructions(0), instructions(2)
+    assert not any(op.startswith("UBLKPF") for op in plain)
+    prefetches = [i for i, op in enumerate(ops) if op.startswith("UBLKPF.L2")]
+    copies = [i for i, op in enumerate(ops) if op == "LDGSTS.E.BYPASS.128"]
+    assert len(prefetches) == 2 * block_m, ops
+    assert len(copies) == plain.count("LDGSTS.E.BYPASS.128")
+    assert copies[0] < prefetches[0] and prefetches[-1] < copies[-1]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fused_backward_single_reduction_leaves_fewer_barriers(dtype):
     # Each cross-warp row sum costs barriers in every row block's iteration: c1's and c2's

@@ -112,23 +112,28 @@ def test_candidates_are_sensible(variant, direction, dtype, n):
 
 def test_the_fused_backward_leaders_are_tried_again_on_a_balanced_grid():
     leaders = candidates("fused", "bwd", torch.bfloat16, 4096)[:REFINED_LEADERS]
-    refined = refinements("fused", "bwd", leaders)
-    assert all(c.balanced_grid for c in refined)
-    assert [dataclasses.replace(c, balanced_grid=False) for c in refined] == leaders
-    assert list(map(compile_unit, refined)) == list(map(compile_unit, leaders)), "the same kernels, nothing to compile"
+    balanced = [c for c in refinements("fused", "bwd", leaders) if c.prefetch_per_sm == 0]
+    assert all(c.balanced_grid for c in balanced)
+    assert [dataclasses.replace(c, balanced_grid=False) for c in balanced] == leaders
+    assert list(map(compile_unit, balanced)) == list(map(compile_unit, leaders)), "the same kernels, nothing to compile"
     assert refinements("two_pass", "fwd", leaders) == refinements("two_pass", "bwd", leaders) == []
 
 
-def test_the_fused_forward_leaders_are_tried_again_with_each_prefetch_distance():
-    leaders = candidates("fused", "fwd", torch.float16, 5000)[:REFINED_LEADERS]
-    refined = refinements("fused", "fwd", leaders)
-    assert len(refined) == PREFETCH_LEADERS * len(PREFETCH_PER_SM)
-    assert {(dataclasses.replace(c, prefetch_per_sm=0), c.prefetch_per_sm) for c in refined} == set(
-        itertools.product(leaders[:PREFETCH_LEADERS], PREFETCH_PER_SM)
-    )
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_the_fused_leaders_are_tried_again_with_each_prefetch_distance(direction):
+    leaders = candidates("fused", direction, torch.float16, 5000)[:REFINED_LEADERS]
+    prefetching = [c for c in refinements("fused", direction, leaders) if c.prefetch_per_sm]
+    # The backward on either persistent grid, so on half as many leaders.
+    grids = (False, True) if direction == "bwd" else (False,)
+    tried = leaders[: PREFETCH_LEADERS // len(grids)]
+    assert len(prefetching) == PREFETCH_LEADERS * len(PREFETCH_PER_SM)
+    assert {
+        (dataclasses.replace(c, prefetch_per_sm=0, balanced_grid=False), c.balanced_grid, c.prefetch_per_sm)
+        for c in prefetching
+    } == set(itertools.product(tried, grids, PREFETCH_PER_SM))
     assert 0 not in PREFETCH_PER_SM, "without prefetch, the leader itself was timed already"
-    prefetching = {dataclasses.replace(compile_unit(c), prefetch_per_sm=1) for c in leaders[:PREFETCH_LEADERS]}
-    assert set(map(compile_unit, refined)) == prefetching, "one more kernel per leader, whatever the distance"
+    kernels = {dataclasses.replace(compile_unit(c), prefetch_per_sm=1) for c in tried}
+    assert set(map(compile_unit, prefetching)) == kernels, "one more kernel per leader, whatever the distance"
 
 
 def test_a_sweep_written_to_json_reads_back(tmp_path):
@@ -272,13 +277,14 @@ def test_auto_picks_the_variant_with_the_faster_best_config():
     assert tune.auto_choices(best) == {"auto/fwd/float32/5000": "two_pass", "auto/bwd/float32/5000": "fused"}
 
 
-def test_default_run_is_estimated_within_nine_minutes_on_14_processes():
+def test_default_run_is_estimated_within_ten_minutes_on_14_processes():
     # A full sweep fits one device-tool command (10 min). The estimate runs high: 6.8 min estimated,
-    # 5.7 taken on the H100 before the confirmation pass (session 12).
+    # 5.7 taken on the H100 before the confirmation pass (session 12); the fused forward's keys,
+    # 2.5 min estimated, 1.5 taken on the H200 (session 16).
     args = tune.parse_args(["--jobs", "14"])
     keys = tune.plan(args.variants, args.directions, args.dtypes, args.shapes)
     est = tune.estimate_s(keys, True, args.jobs, args.rep_ms, args.warmup_ms)
-    assert est["compile_s"] + est["time_s"] <= 540, est
+    assert est["compile_s"] + est["time_s"] <= 600, est
 
 
 def test_plan_runs_without_a_gpu(capsys):

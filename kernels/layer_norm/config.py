@@ -58,9 +58,9 @@ class LaunchConfig:
     single_reduction: bool = False
     # Backward only: as few programs as take the same number of row-block steps each (persistent_programs).
     balanced_grid: bool = False
-    # Fused forward only: each program first pulls into L2 the rows of the program this many times
-    # the SM count later in the grid (0: off). About one resident grid ahead pays; further, the rows
-    # are evicted before use.
+    # Fused only: each program (the forward) or row-block step (the persistent backward) first pulls
+    # into L2 the rows this many times the SM count of row blocks later (0: off). About one resident
+    # grid ahead pays in the forward; further, the rows are evicted before use.
     prefetch_per_sm: int = 0
 
 

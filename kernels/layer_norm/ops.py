@@ -141,6 +141,13 @@ def vector_width(n: int, *tensors: torch.Tensor | None) -> int:
     return max(1, (bits & -bits) // elem)
 
 
+def _l2_prefetch(cfg: LaunchConfig, x2: torch.Tensor, vec: int) -> tuple[bool, int]:
+    """Whether the fused kernels prefetch rows into L2, and how many rows ahead. The bulk prefetch
+    (sm_90+) takes whole 16-byte aligned rows: those prefetch_per_sm x SMs row blocks later."""
+    prefetch = cfg.prefetch_per_sm > 0 and _on_sm90(x2) and vec * x2.element_size() == 16
+    return prefetch, cfg.prefetch_per_sm * _sms(x2) * cfg.block_m if prefetch else 0
+
+
 def forward_launch(
     x2, weight, bias, eps: float, variant: str, y, mean, rstd, cfg: LaunchConfig | None = None
 ) -> Launch:
@@ -151,9 +158,7 @@ def forward_launch(
     if cfg.single_reduction and x2.dtype == torch.float32:
         raise ValueError(f"layer_norm: {cfg} asks for single_reduction, which is for 16-bit inputs only, got float32")
     vec = vector_width(n, x2, y, weight, bias)
-    # The bulk prefetch (sm_90+) takes whole 16-byte aligned rows: those of the program
-    # prefetch_per_sm x SMs later.
-    prefetch = cfg.prefetch_per_sm > 0 and _on_sm90(x2) and vec * x2.element_size() == 16
+    prefetch, prefetch_rows = _l2_prefetch(cfg, x2, vec)
     fused_only = dict(
         TAIL_N=fused_tail_n(n, cfg.block_n),
         PDL=pdl_of(x2),
@@ -161,7 +166,6 @@ def forward_launch(
         SINGLE_REDUCTION=cfg.single_reduction,
         PREFETCH=prefetch,
     )
-    prefetch_rows = cfg.prefetch_per_sm * _sms(x2) * cfg.block_m if prefetch else 0
     return Launch(
         kernel=_FWD_KERNELS[variant],
         grid=(cdiv(m, cfg.block_m),),
@@ -192,15 +196,18 @@ def backward_launch(
     # buffer for dw and db: one allocation (and one memset) per backward.
     alloc = torch.zeros if variant == "two_pass" else torch.empty
     partial = alloc((slabs, programs, n), dtype=torch.float32, device=x2.device) if slabs else None
+    vec = vector_width(n, x2, dy2, dx, weight)
+    prefetch, prefetch_rows = _l2_prefetch(cfg, x2, vec)
+    fused_only = dict(TAIL_N=fused_tail_n(n, cfg.block_n), NUM_STAGES=cfg.num_stages,
+                      SINGLE_REDUCTION=cfg.single_reduction, PREFETCH=prefetch)  # fmt: skip
     launch = Launch(
         kernel=_BWD_KERNELS[variant],
         grid=(programs,),
         args=(x2, dy2, dx, weight if weight is not None else x2, mean, rstd, partial if slabs else mean,
-              x2.stride(0), dy2.stride(0), dx.stride(0), m, n),
+              x2.stride(0), dy2.stride(0), dx.stride(0), m, n, *((prefetch_rows,) if variant == "fused" else ())),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vector_width(n, x2, dy2, dx, weight),
-                        **({"TAIL_N": fused_tail_n(n, cfg.block_n), "NUM_STAGES": cfg.num_stages,
-                             "SINGLE_REDUCTION": cfg.single_reduction} if variant == "fused" else {})),
+                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec,
+                        **(fused_only if variant == "fused" else {})),
         num_warps=cfg.num_warps,
     )  # fmt: skip
     return launch, partial
