@@ -222,11 +222,12 @@ def confirm_leaders(key: Key, cases: list[LayerNormCase], leaders: list[LaunchCo
 
 def _option_columns(key: Key) -> dict[str, str]:
     """{column heading: LaunchConfig field} of the options this key's kernel takes beyond the tile."""
+    prefetch = {"prefetch/SM": "prefetch_per_sm"}
     if key.direction == "bwd":
         pipeline = {"programs/SM": "programs_per_sm", "stages": "num_stages"}
-        fused = {"balanced grid": "balanced_grid", "one reduction": "single_reduction"}
+        fused = {"balanced grid": "balanced_grid", "one reduction": "single_reduction", **prefetch}
         return {**pipeline, **fused} if key.variant == "fused" else pipeline
-    fused = {"preload w, b": "preload_affine", "one reduction": "single_reduction", "prefetch/SM": "prefetch_per_sm"}
+    fused = {"preload w, b": "preload_affine", "one reduction": "single_reduction", **prefetch}
     return fused if key.variant == "fused" else {}
 
 
