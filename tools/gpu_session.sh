@@ -19,6 +19,8 @@
 #   tune[=ARGS]     nox -s tune: LayerNorm launch configs, raw sweep in tune.json (ARGS e.g.
 #                   "--variants fused --directions fwd --no-seed": one kernel's keys)
 #   tune-attention  the attention backward tile sweep
+#   compare=OLD     python -m harness.compare_tables: the fused kernels under table OLD vs the
+#                   checkout's table, case by case, in one process (after a tune: did it pay?)
 #   host-overhead   per-call host cost of the LayerNorm wrapper vs eager torch
 #   metrics[=ARGS]  python -m harness.metrics: every LayerNorm case's asv metrics, in minutes
 #   perf-attention  pytest-benchmark, attention backward (nox -s perf -- -k attention)
@@ -71,6 +73,9 @@ for step in "$@"; do
       [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     tune-attention)
       python3 -m harness.tune_attention 2>&1 | log tune-attention | tail -40; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
+    compare=*)
+      python3 -m harness.compare_tables "$arg" kernels/layer_norm/tuned_configs.json 2>&1 | log compare
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     host-overhead)
       python3 -m harness.host_overhead 2>&1 | log host-overhead; [ "${PIPESTATUS[0]}" = 0 ] || status=1 ;;
     metrics|metrics=*)

@@ -1,0 +1,39 @@
+"""harness.compare_tables: each side of the A/B launches with its own table's configurations."""
+
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+
+from harness.compare_tables import compare_case, under_table
+from kernels.layer_norm.config import TUNED_ENV, LaunchConfig, launch_config, tuned_key
+
+
+def _table(path, cfg: LaunchConfig, gpu: str):
+    path.write_text(json.dumps({gpu: {tuned_key("fused", "fwd", torch.float32, 1024): dataclasses.asdict(cfg)}}))
+    return path
+
+
+def test_each_call_launches_with_its_tables_configuration(tmp_path, monkeypatch):
+    monkeypatch.delenv(TUNED_ENV, raising=False)
+    gpu = "H200"
+    a, b = LaunchConfig(1, 1024, 2), LaunchConfig(4, 1024, 8, prefetch_per_sm=3)
+    tables = {cfg: _table(tmp_path / f"{name}.json", cfg, gpu) for name, cfg in (("a", a), ("b", b))}
+
+    def config():
+        return launch_config("fused", "fwd", torch.float32, 1024, gpu)
+
+    for cfg, path in tables.items():
+        assert under_table(path, config)() == cfg
+    assert TUNED_ENV not in os.environ, "the override outlived the call"
+    assert config() not in tables
+
+
+@pytest.mark.kernel
+def test_a_case_is_timed_under_both_tables(tmp_path, kernel_device):
+    tables = {name: _table(tmp_path / f"{name}.json", LaunchConfig(1, 1024, 4), "H200") for name in ("A", "B")}
+    result = compare_case("4096x1024", "float32", "fwd", "fused", tables, rounds=1)
+    assert result["time_ratio"] > 0
+    assert set(result["pct_peak"]) == (set(tables) if kernel_device.type == "cuda" else set())
