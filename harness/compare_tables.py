@@ -11,7 +11,6 @@ new pick can lose on one of them; this shows which. E.g., after ``nox -s tune``:
 """
 
 import argparse
-import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -22,27 +21,20 @@ from harness.workloads import batched, layer_norm_workload, rotations, sized_for
 from kernels.layer_norm.config import TUNED_ENV
 
 
-@contextlib.contextmanager
-def tuned_table(path: Path):
-    """Launch configurations from ``path`` inside the block, the previous ones after it."""
-    previous = os.environ.get(TUNED_ENV)
-    os.environ[TUNED_ENV] = str(path)
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[TUNED_ENV]
-        else:
-            os.environ[TUNED_ENV] = previous
-
-
 def under_table(path: Path, fn: Callable[[], object]) -> Callable[[], object]:
-    """``fn``, each call of it launching with ``path``'s configurations (a CUDA graph captures
-    them once; without a GPU every call reads them)."""
+    """``fn``, each call of it launching with ``path``'s configurations and leaving the previous
+    table in place after it (a CUDA graph captures them once; without a GPU every call reads them)."""
 
     def call():
-        with tuned_table(path):
+        previous = os.environ.get(TUNED_ENV)
+        os.environ[TUNED_ENV] = str(path)
+        try:
             return fn()
+        finally:
+            if previous is None:
+                del os.environ[TUNED_ENV]
+            else:
+                os.environ[TUNED_ENV] = previous
 
     return call
 
