@@ -56,7 +56,7 @@ def compare_case(shape: str, dtype: str, direction: str, variant: str, tables: d
     result = {"time_ratio": timing.median_ratio(t[first], t[second]), "pct_peak": {}}
     if "copy" in t:
         result["pct_peak"] = {
-            name: 100 * nbytes / (2 * timing.COPY_BYTES) * timing.median_ratio(t["copy"], t[name]) for name in tables
+            name: timing.pct_of_reference(nbytes, 2 * timing.COPY_BYTES, t["copy"], t[name]) for name in tables
         }
     return result
 

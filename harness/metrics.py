@@ -75,7 +75,7 @@ def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[st
         if gpu:
             m["speedup_vs_compile"] = timing.median_ratio(t["torch_compile"], t[variant])
         for metric, (copy, copied) in copies.items():
-            m[metric] = 100 * nbytes / copied * timing.median_ratio(t[copy], t[variant])
+            m[metric] = timing.pct_of_reference(nbytes, copied, t[copy], t[variant])
         metrics[variant] = m
     return metrics
 
@@ -93,7 +93,7 @@ def attention_metrics(case: AttentionCase, modes: list[str]) -> dict[str, dict[s
     for mode in modes:
         m = {
             "tflops": timing.tflops(flops, statistics.median(t[mode])),
-            "pct_matmul_peak": 100 * flops / matmul_flops * timing.median_ratio(t["matmul"], t[mode]),
+            "pct_matmul_peak": timing.pct_of_reference(flops, matmul_flops, t["matmul"], t[mode]),
         }
         if ATTENTION_BASELINE in t:
             m["speedup_vs_fa2"] = timing.median_ratio(t[ATTENTION_BASELINE], t[mode])

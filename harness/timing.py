@@ -66,6 +66,12 @@ def median_ratio(numerator_ms: list[float], denominator_ms: list[float]) -> floa
     return statistics.median(a / b for a, b in zip(numerator_ms, denominator_ms, strict=True))
 
 
+def pct_of_reference(work: float, reference_work: float, reference_ms: list[float], ms: list[float]) -> float:
+    """A series' rate (``work`` per call) as % of an interleaved reference's (``reference_work`` per
+    call): e.g. a kernel's bytes against the copy peak's, its FLOPs against a matmul's."""
+    return 100 * work / reference_work * median_ratio(reference_ms, ms)
+
+
 def ratio(numerator: Callable[[], object], denominator: Callable[[], object], rounds: int = ROUNDS) -> float:
     """Median over interleaved rounds of time(numerator) / time(denominator).
 

@@ -19,3 +19,10 @@ def test_a_sample_runs_back_to_back_calls_and_the_clock_counts_per_call(monkeypa
     per_call = timing.sample_clock() - start
     assert len(calls) == 5
     assert 0.002 <= per_call < 0.004
+
+
+def test_percent_of_a_reference_rate_pairs_each_round_with_its_own_reference():
+    # Half the reference's work per call; round 1 as fast as it, round 2 at half its speed: the
+    # median of the per-round ratios (1.0, 0.5, and 0.8 in round 3) is 0.8, so 40% of its rate.
+    reference_ms, ms = [1.0, 2.0, 4.0], [1.0, 4.0, 5.0]
+    assert timing.pct_of_reference(50, 100, reference_ms, ms) == 40.0
