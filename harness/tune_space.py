@@ -129,11 +129,11 @@ REFINED_LEADERS = 8  # per key: the configurations ranked first, tried again wit
 # On an H100 the forward's best was about one resident grid ahead (2-5 per SM), and at 10 every case
 # ran 0.6-0.9x as fast as without; on an H200 three keys of short rows took 8, the farthest then tried.
 PREFETCH_PER_SM = (1, 2, 3, 4, 5, 6, 8, 12, 16)
-# Leader x grid pairs tried with each distance. The forward tries every leader: an option can lose
-# alone and win with the prefetch (H200, bf16 N = 8192: w and b preloaded ranked 6th without it;
-# with it, 4096x8192 ran 1.05x as fast as the table's pick). The backward, with its two grids,
-# on two leaders (its sweep's time).
-PREFETCH_LEADERS = {"fwd": REFINED_LEADERS, "bwd": 4}
+# Leaders tried with each distance. The forward tries every leader: an option can lose alone and
+# win with the prefetch (H200, bf16 N = 8192: w and b preloaded ranked 6th without it; with it,
+# 4096x8192 ran 1.05x as fast as the table's pick). The backward, on either grid, on two (its
+# sweep's time).
+PREFETCH_LEADERS = {"fwd": REFINED_LEADERS, "bwd": 2}
 
 
 def refinements(variant: str, direction: str, leaders: list[LaunchConfig]) -> list[LaunchConfig]:
@@ -147,7 +147,7 @@ def refinements(variant: str, direction: str, leaders: list[LaunchConfig]) -> li
     grids = (False, True) if direction == "bwd" else (False,)
     prefetching = [
         dataclasses.replace(cfg, balanced_grid=balanced, prefetch_per_sm=ahead)
-        for cfg in leaders[: PREFETCH_LEADERS[direction] // len(grids)]
+        for cfg in leaders[: PREFETCH_LEADERS[direction]]
         for balanced in grids
         for ahead in PREFETCH_PER_SM
     ]

@@ -123,10 +123,10 @@ def test_the_fused_backward_leaders_are_tried_again_on_a_balanced_grid():
 def test_the_fused_leaders_are_tried_again_with_each_prefetch_distance(direction):
     leaders = candidates("fused", direction, torch.float16, 5000)[:REFINED_LEADERS]
     prefetching = [c for c in refinements("fused", direction, leaders) if c.prefetch_per_sm]
-    # The backward on either persistent grid, so on half as many leaders.
+    # The backward on either persistent grid.
     grids = (False, True) if direction == "bwd" else (False,)
-    tried = leaders[: PREFETCH_LEADERS[direction] // len(grids)]
-    assert len(prefetching) == PREFETCH_LEADERS[direction] * len(PREFETCH_PER_SM)
+    tried = leaders[: PREFETCH_LEADERS[direction]]
+    assert len(prefetching) == PREFETCH_LEADERS[direction] * len(grids) * len(PREFETCH_PER_SM)
     assert {
         (dataclasses.replace(c, prefetch_per_sm=0, balanced_grid=False), c.balanced_grid, c.prefetch_per_sm)
         for c in prefetching
