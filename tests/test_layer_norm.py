@@ -15,6 +15,7 @@ from harness.cases.layer_norm import CORRECTNESS_CASES, LAYER_NORM_VARIANTS, Lay
 from kernels.device import interpreter_mode
 from kernels.layer_norm.config import (
     FUSED_MAX_N,
+    LaunchConfig,
     cdiv,
     fused_tail_n,
     heuristic_config,
@@ -23,6 +24,7 @@ from kernels.layer_norm.config import (
     prev_power_of_2,
 )
 from kernels.layer_norm.ops import (
+    _odd_program_shift,
     _sms,
     backward_launch,
     forward_launch,
@@ -31,6 +33,7 @@ from kernels.layer_norm.ops import (
     layer_norm_fwd,
     pdl_of,
     select_variant,
+    vector_width,
 )
 from kernels.layer_norm.reference import layer_norm_ref
 
@@ -181,6 +184,46 @@ def test_fused_backward_single_reduction(dtype, tile, kernel_device):
         single_reduction=True,
     )
     _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, {"bwd": cfg}))
+
+
+@pytest.mark.parametrize("tile", ["whole row", "two pieces"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_fused_backward_odd_programs_shift_their_lanes(dtype, tile, kernel_device):
+    """16-bit rows of 5000 are 625 16-byte units, so every odd row starts mid-sector, and on an
+    even grid of one-row blocks the odd programs start their lanes 8 columns early. Those lanes,
+    before column 0 and past N, must add nothing to dx, dw or db; an odd M leaves the last odd
+    program a row short."""
+    n = 5000
+    case = _sized(LayerNormCase(2 * _sms(torch.empty(0, device=kernel_device)) + 3, n, dtype, offset=1e3))
+    cfg = dataclasses.replace(
+        heuristic_config("fused", "bwd", case.torch_dtype, n),
+        block_m=1,
+        block_n=next_power_of_2(n) if tile == "whole row" else prev_power_of_2(n),
+        programs_per_sm=1,
+    )
+    rows = torch.empty(case.m, n, dtype=case.torch_dtype, device=kernel_device)
+    stats = torch.empty(case.m, device=kernel_device)
+    launch, _ = backward_launch(rows, rows, None, None, stats, stats, "fused", rows, cfg)
+    assert launch.constexprs["ODD_PROGRAM_SHIFT"] == 8, "the launch does not shift"
+    _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, {"bwd": cfg}))
+
+
+def test_odd_program_shift_only_where_odd_rows_start_mid_sector():
+    one_row = LaunchConfig(1, 4096, 4, programs_per_sm=1)
+
+    def shift(dtype, n, stride=None, programs=132, cfg=one_row):
+        t = torch.empty_strided((8, n), (stride or n, 1), dtype=dtype, device="meta")
+        cfg = dataclasses.replace(cfg, block_n=min(cfg.block_n, next_power_of_2(n)))
+        return _odd_program_shift(cfg, programs, vector_width(n, t), n, t, t, t)
+
+    assert shift(torch.bfloat16, 5000) == shift(torch.float16, 24) == 8
+    assert shift(torch.float32, 5000) == 0, "20000-byte rows: every row starts on a sector"
+    assert shift(torch.bfloat16, 4096) == 0
+    assert shift(torch.bfloat16, 5000, stride=5008) == 0, "rows padded to whole sectors"
+    assert shift(torch.bfloat16, 5002) == 0, "rows not 16-byte aligned: no 16-byte accesses to align"
+    assert shift(torch.bfloat16, 5000, programs=131) == 0, "odd grid: a program sees rows of both parities"
+    assert shift(torch.bfloat16, 5000, cfg=dataclasses.replace(one_row, block_m=2)) == 0
+    assert shift(torch.bfloat16, 8) == 0, "8 lanes cannot start 8 columns early and still reach N"
 
 
 @pytest.mark.parametrize(
