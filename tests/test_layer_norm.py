@@ -208,6 +208,40 @@ def test_fused_backward_odd_programs_shift_their_lanes(dtype, tile, kernel_devic
     _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, {"bwd": cfg}))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_backward_column_sum_released_early_changes_no_bit(dtype, cuda_device):
+    """release_column_sum lets the column sum launch while the row kernel runs its last row blocks
+    (sm_90+); it still waits for the whole row kernel. Back-to-back backwards replayed from a CUDA
+    graph, where nothing else separates the kernels, give dx, dw and db bit for bit as without."""
+    case = LayerNormCase(1001, 4096, dtype, offset=1e3)
+    x, w, b = case.make_inputs(cuda_device)
+    _, mean, rstd = layer_norm_fwd(x, w, b, case.eps, "fused")
+    plain = heuristic_config("fused", "bwd", case.torch_dtype, case.n)
+    cfg = dataclasses.replace(plain, release_column_sum=True)
+    if not backward_launch(x, x, w, b, mean, rstd, "fused", x, cfg)[0].constexprs["RELEASE_COLUMN_SUM"]:
+        pytest.skip(f"NOT RUN: no programmatic dependent launch on {torch.cuda.get_device_name(x.device)} (sm_90+)")
+    dys = [torch.randn_like(x) for _ in range(3)]
+    outs = [tuple(torch.empty_like(t) for t in (x, w, b)) for _ in dys]
+
+    def backwards():
+        for dy, out in zip(dys, outs, strict=True):
+            layer_norm_bwd(dy, x, w, b, mean, rstd, "fused", out=out, cfg=cfg)
+
+    backwards()  # compiles outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        backwards()
+    for t in (t for out in outs for t in out):
+        t.fill_(float("nan"))
+    graph.replay()
+    for dy, out in zip(dys, outs, strict=True):
+        expected = layer_norm_bwd(dy, x, w, b, mean, rstd, "fused", cfg=plain)
+        for name, got, want in zip(("dx", "dw", "db"), out, expected, strict=True):
+            assert torch.equal(got, want), name
+    refs = layer_norm_ref(x, w, b, case.eps, dys[-1])[1:4]
+    _assert_matches_reference(case, dict(zip(("dx", "dw", "db"), zip(outs[-1], refs, strict=True), strict=True)))
+
+
 def test_odd_program_shift_only_where_odd_rows_start_mid_sector():
     one_row = LaunchConfig(1, 4096, 4, programs_per_sm=1)
 

@@ -16,9 +16,11 @@ from harness.tune_space import (
     PREFETCH_LEADERS,
     PREFETCH_PER_SM,
     REFINED_LEADERS,
+    RELEASE_LEADERS,
     candidates,
     compile_unit,
     refinements,
+    released,
     seed_configs,
 )
 from harness.workloads import BATCH_CALLS
@@ -134,6 +136,15 @@ def test_the_fused_leaders_are_tried_again_with_each_prefetch_distance(direction
     assert 0 not in PREFETCH_PER_SM, "without prefetch, the leader itself was timed already"
     kernels = {dataclasses.replace(compile_unit(c), prefetch_per_sm=1) for c in tried}
     assert set(map(compile_unit, prefetching)) == kernels, "one more kernel per leader, whatever the distance"
+
+
+def test_the_fused_backward_leaders_are_tried_last_with_the_column_sum_released():
+    ranked = candidates("fused", "bwd", torch.bfloat16, 4096)[:5]
+    tried = released("fused", "bwd", ranked)
+    assert all(c.release_column_sum for c in tried)
+    assert [dataclasses.replace(c, release_column_sum=False) for c in tried] == ranked[:RELEASE_LEADERS]
+    assert set(map(compile_unit, tried)).isdisjoint(map(compile_unit, ranked)), "one more kernel each"
+    assert released("fused", "fwd", ranked) == released("two_pass", "bwd", ranked) == []
 
 
 def test_a_sweep_written_to_json_reads_back(tmp_path):
@@ -283,6 +294,7 @@ def test_default_run_is_estimated_within_ten_minutes_on_14_processes():
     # 2.5 min estimated, 1.5 taken on the H200 (session 16). Session 17, H200: the fused backward's
     # N = 5000 keys, 51 s estimated, 31 s taken (with the old per-timing overhead, 15 ms); then the
     # fused forward's keys with the prefetch on 8 leaders, 3.4 min estimated (8 ms), 2.1 taken.
+    # Session 18: the column sum's early release on 2 backward leaders (4 would pass 10 min).
     args = tune.parse_args(["--jobs", "14"])
     keys = tune.plan(args.variants, args.directions, args.dtypes, args.shapes)
     est = tune.estimate_s(keys, True, args.jobs, args.rep_ms, args.warmup_ms)

@@ -218,6 +218,7 @@ def backward_launch(
     prefetch, prefetch_rows = _l2_prefetch(cfg, x2, vec)
     fused_only = dict(TAIL_N=fused_tail_n(n, cfg.block_n), NUM_STAGES=cfg.num_stages,
                       SINGLE_REDUCTION=cfg.single_reduction, PREFETCH=prefetch,
+                      RELEASE_COLUMN_SUM=cfg.release_column_sum and pdl_of(x2),
                       ODD_PROGRAM_SHIFT=_odd_program_shift(cfg, programs, vec, n, x2, dy2, dx))  # fmt: skip
     launch = Launch(
         kernel=_BWD_KERNELS[variant],

@@ -59,9 +59,11 @@ stream drains and waits for it before touching memory (``_await_previous_kernel`
 which hides the launch gap between back-to-back kernels. On an H200 that made the
 fused forward 1.01-1.10x faster; two_pass's forward ran 0.89-1.03x (its 1-warp
 N=1024 16-bit configurations lost) and the persistent backwards up to 1.18x slower,
-so those launch as before. Nor does the fused backward let the column sum launch from
-its start: the column sum's programs, resident and waiting beside it, made 16-bit
-4096x4096 1.05x slower.
+so those launch as before. The fused backward may let the column sum launch early
+(``RELEASE_COLUMN_SUM``, tuned per key): when each program starts its last row block.
+On an H200 that made 16-bit 4096x4096 and 4096x1024 1.015-1.03x faster and 4096x8192
+1.015x slower; released from the row kernel's start, the column sum's programs, resident
+and waiting beside it, made 16-bit 4096x4096 1.05x slower.
 """
 
 import triton
@@ -355,6 +357,7 @@ def fused_bwd_kernel(
     NUM_STAGES: tl.constexpr,  # > 1: the next row blocks' x, dy load (cp.async) during this one's math
     SINGLE_REDUCTION: tl.constexpr,  # c1's and c2's row sums in one cross-warp exchange per piece
     PREFETCH: tl.constexpr,  # sm_90+, 16-byte aligned rows: pull later rows into L2 first
+    RELEASE_COLUMN_SUM: tl.constexpr,  # sm_90+: let the column sum launch at each program's last row block
     ODD_PROGRAM_SHIFT: tl.constexpr,  # 0, or elements odd programs start their lanes before column 0
 ):
     N, stride_x = _aligned(N, VEC), _aligned(stride_x, VEC)
@@ -378,6 +381,9 @@ def fused_bwd_kernel(
         dw_t = tl.zeros([TAIL_N], dtype=tl.float32)
         db_t = tl.zeros([TAIL_N], dtype=tl.float32)
     for block in tl.range(pid, tl.cdiv(M, BLOCK_M), programs, num_stages=NUM_STAGES):
+        if RELEASE_COLUMN_SUM:  # noqa: SIM102 (a constexpr guard: no code unless set)
+            if block + programs >= tl.cdiv(M, BLOCK_M):  # this program's last row block
+                tl_cuda.gdc_launch_dependents()
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < M
         if PREFETCH:
