@@ -323,8 +323,8 @@ def run(args, keys: dict[Key, list[LayerNormCase]], seed: bool, gpu: str) -> tup
         measured = time_on_shapes(key, cases, [c for c in key_candidates(key) if usable(key, c)], args)
         leaders = [cfg for cfg, _ in ranked_by_geomean(measured)[:REFINED_LEADERS]]
         measured += time_on_shapes(key, cases, refinements(key.variant, key.direction, leaders), args)
-        ranked = [cfg for cfg, _ in ranked_by_geomean(measured)]
-        measured += time_on_shapes(key, cases, released(key.variant, key.direction, ranked), args)
+        refined_leaders = [cfg for cfg, _ in ranked_by_geomean(measured)]
+        measured += time_on_shapes(key, cases, released(key.variant, key.direction, refined_leaders), args)
         all_measured += measured
         ranked = ranked_by_geomean(measured)
         if not ranked:
