@@ -183,7 +183,7 @@ def forward_launch(
         PRELOAD_AFFINE=cfg.preload_affine,
         SINGLE_REDUCTION=cfg.single_reduction,
         PREFETCH=prefetch,
-    )
+    ) if variant == "fused" else {}  # fmt: skip
     return Launch(
         kernel=_FWD_KERNELS[variant],
         grid=(cdiv(m, cfg.block_m),),
@@ -192,7 +192,7 @@ def forward_launch(
               *((prefetch_rows,) if variant == "fused" else ())),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, STORE_STATS=mean is not None,
                         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec,
-                        **(fused_only if variant == "fused" else {})),
+                        **fused_only),
         num_warps=cfg.num_warps,
     )  # fmt: skip
 
@@ -219,7 +219,8 @@ def backward_launch(
     fused_only = dict(TAIL_N=fused_tail_n(n, cfg.block_n), NUM_STAGES=cfg.num_stages,
                       SINGLE_REDUCTION=cfg.single_reduction, PREFETCH=prefetch,
                       RELEASE_COLUMN_SUM=cfg.release_column_sum and pdl_of(x2),
-                      ODD_PROGRAM_SHIFT=_odd_program_shift(cfg, programs, vec, n, x2, dy2, dx))  # fmt: skip
+                      ODD_PROGRAM_SHIFT=_odd_program_shift(cfg, programs, vec, n, x2, dy2, dx),
+                      ) if variant == "fused" else {}  # fmt: skip
     launch = Launch(
         kernel=_BWD_KERNELS[variant],
         grid=(programs,),
@@ -227,7 +228,7 @@ def backward_launch(
               x2.stride(0), dy2.stride(0), dx.stride(0), m, n, *((prefetch_rows,) if variant == "fused" else ())),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
                         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec,
-                        **(fused_only if variant == "fused" else {})),
+                        **fused_only),
         num_warps=cfg.num_warps,
     )  # fmt: skip
     return launch, partial
