@@ -7,6 +7,12 @@
 #   EXTRA="asv==0.6.6 asv_runner==0.3.2 build pyproject_hooks importlib_metadata lazy-importer zipp
 #     json5 pympler tabulate virtualenv distlib filelock platformdirs python-discovery nox==2026.10.20
 #     argcomplete attrs colorlog dependency-groups humanize" ../shared/gpu/make-bundle.sh
+# The device tool takes 64 MiB a transfer, tracked files included (14.8 MB in session 19). z3's
+# command-line binary and an SBOM file can go (51.5 -> 43.0 MB; the asv attention benchmarks ran
+# without them, on an H200):
+#   xz -dc .gpu-bundle/site.tar.xz > /tmp/site.tar && tar --delete -f /tmp/site.tar \
+#     ./z3_solver-4.15.4.0.data/data/bin/z3 ./virtualenv-21.15.8.dist-info/sboms/virtualenv.cdx.json \
+#     && xz -9 -T2 -c /tmp/site.tar > .gpu-bundle/site.tar.xz
 # A device copy without .git gets it from a carried copy: cp -r .git .gitcopy, carry .gitcopy.
 #
 #   tools/gpu_session.sh STEP...       run the steps in order
