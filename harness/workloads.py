@@ -105,6 +105,10 @@ def _compiled_layer_norm():
     # specialization per shape, dtype and grad mode. Past dynamo's default limit of 8 it
     # would silently run eager torch under the torch_compile name.
     torch._dynamo.config.recompile_limit = 256
+    # The bwd case replays one backward (retain_graph=True), which a backward compiled with donated
+    # buffers refuses. Which kind a process loads depends on what filled the on-disk cache first (a
+    # training step's compile donates), so after a fwd+bwd case the bwd one failed on a warm cache.
+    torch._functorch.config.donated_buffer = False
     return torch.compile(torch.nn.functional.layer_norm, dynamic=False)
 
 

@@ -6,7 +6,7 @@ import weakref
 import torch
 
 from harness.cases.layer_norm import LayerNormCase
-from harness.workloads import in_cuda_graphs, tensor_copy_workload
+from harness.workloads import _compiled_layer_norm, in_cuda_graphs, layer_norm_workload, tensor_copy_workload
 
 
 def _doubling(device):
@@ -50,3 +50,16 @@ def test_the_tensor_copy_cycles_through_its_own_pairs():
     for target in targets[:3]:
         assert target.shape == (case.m, case.n) and target.dtype == torch.bfloat16
         assert target.isfinite().all() and target.abs().sum() > 0, "random rows were copied in"
+
+
+def test_the_compiled_baseline_replays_its_backward_after_a_cached_training_compile(tmp_path, monkeypatch):
+    # The torch.compile baseline's bwd case replays one backward; a warm Inductor cache filled by the
+    # fwd+bwd case (a self-hosted runner's second run, or asv's processes after harness.warm) must serve it.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    case = LayerNormCase(8, 40, "float32")
+    layer_norm_workload(case, "torch_compile", "fwd+bwd")()
+    torch._dynamo.reset()  # what a new process starts without; the on-disk cache stays
+    _compiled_layer_norm.cache_clear()
+    backward = layer_norm_workload(case, "torch_compile", "bwd")
+    grads = [backward() for _ in range(2)]
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
