@@ -1,16 +1,21 @@
-"""Sessions: ``nox -s tests`` (the test command), ``lint``, ``accuracy``, ``bench`` (the main job),
-``tune``, ``gate`` and ``perf``.
+"""nox sessions. The README's two commands: ``nox -s bench`` (the main job) and ``nox -s tests``.
 
 Environments
 ------------
-* Default: a fresh virtualenv with the pinned torch/triton below (a CPU
-  machine gets CPU torch and runs kernels in Triton's interpreter).
-* ``nox --no-venv ...``: run in the current interpreter, keeping its torch and
-  triton (a GPU runner's CUDA builds). Only missing packages are installed;
-  add ``--no-install`` on an offline machine.
+* Default: each session makes a fresh virtualenv. With a GPU (``nvidia-smi`` lists one) it
+  installs the GPU runner's lock, ``requirements/runner.txt`` (hashed: the one place the packages
+  the numbers depend on are pinned). Without one it installs torch's CPU build and the lock's
+  triton, tilelang, numpy and asv: kernels then run in Triton's interpreter, and the sm_90 code
+  checks see the runner's compiler.
+* ``nox --no-venv -s ...`` on a provisioned runner (docs/pr-check.md): the session runs on the
+  current interpreter's packages and downloads nothing. The checkout is installed into a light
+  virtualenv of its own on top of them (``kernelgate.prcheck.environments``), never into the
+  runner's environment.
 """
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,66 +23,61 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).parent
-# What a fresh install gets. The PyTorch baseline's speed depends on this pin.
-TORCH = "torch==2.13.0"
-TRITON = "triton==3.6.0"
+sys.path.insert(0, str(ROOT))  # kernelgate.prcheck.environments: standard library only
+from kernelgate.prcheck.environments import overlay  # noqa: E402
+
+RUNNER_LOCK = ROOT / "requirements" / "runner.txt"
+# CPU-only machines get torch's CPU build (several GB less than the CUDA one). Nothing timed
+# there is compared with anything, so this is not a pin the numbers depend on.
+CPU_TORCH = "torch==2.13.0"
+FROM_LOCK_ON_CPU = ("triton", "tilelang", "numpy", "asv", "asv-runner", "matplotlib")
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "virtualenv"
 
 
-def _passthrough(session: nox.Session) -> bool:
-    return session.venv_backend == "none"
+def has_gpu() -> bool:
+    if not shutil.which("nvidia-smi"):
+        return False
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True, check=False).returncode == 0
 
 
-def install(session: nox.Session, *extras: str) -> None:
-    """Install the project with ``extras``; torch/triton only into a fresh venv."""
-    spec = f".[{','.join(extras)}]" if extras else "."
-    if _passthrough(session):
-        session.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-        # asv drops PYTHONPATH from benchmark processes unless it is also given as ASV_PYTHONPATH.
-        session.env["ASV_PYTHONPATH"] = session.env["PYTHONPATH"]
-        if not session._runner.global_config.no_install:
-            py(session, "-m", "pip", "install", "-q", "-e", spec)
-        return
-    session.install(TORCH, TRITON)
-    session.install("-e", spec)
+def lock_pin(name: str) -> str:
+    """``name==version`` as requirements/runner.txt pins it."""
+    match = re.search(rf"^({re.escape(name)}==\S+)", RUNNER_LOCK.read_text(), re.MULTILINE)
+    if not match:
+        raise RuntimeError(f"{RUNNER_LOCK} pins no {name}")
+    return match.group(1)
 
 
-def has_cuda(session: nox.Session) -> bool:
-    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
-    return subprocess.run([_python(session), "-c", probe], env=_env(session), check=False).returncode == 0
+def install(session: nox.Session, *extras: str) -> str:
+    """Make the checkout importable in this session; returns the Python to run."""
+    if session.venv_backend == "none":
+        return str(overlay(sys.executable, ROOT, ROOT / ".nox" / f"{session.name}-overlay"))
+    if has_gpu():
+        session.install("--require-hashes", "-r", str(RUNNER_LOCK))
+        session.install("--no-deps", "-e", ".")
+    else:
+        session.install(CPU_TORCH, *map(lock_pin, FROM_LOCK_ON_CPU))
+        session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+    return str(Path(session.bin) / "python")
 
 
 def gpu_or_smoke(session: nox.Session) -> bool:
     """True with a GPU; without one, says plainly that this is a smoke run."""
-    gpu = has_cuda(session)
-    if not gpu:
-        session.warn(
-            "NO GPU: smoke run. Kernels run in Triton's CPU interpreter at tiny sizes; "
-            "the timings are INTERPRETER timings, not GPU timings."
-        )
-    return gpu
-
-
-def _python(session: nox.Session) -> str:
-    return sys.executable if _passthrough(session) else str(Path(session.bin) / "python")
-
-
-def _env(session: nox.Session) -> dict:
-    # session.env maps variables nox unsets to None
-    return {k: v for k, v in {**os.environ, **session.env}.items() if v is not None}
-
-
-def py(session: nox.Session, *args: str, **kwargs):
-    """Run this session's Python (the venv's, or the current interpreter's with --no-venv)."""
-    return session.run(_python(session), *args, **kwargs)
+    if has_gpu():
+        return True
+    session.warn(
+        "NO GPU: smoke run. Kernels run in Triton's CPU interpreter at tiny sizes; "
+        "its times are interpreter times, not GPU times."
+    )
+    return False
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff: lint and formatting."""
-    if not _passthrough(session):
+    if session.venv_backend != "none":
         session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
@@ -85,80 +85,64 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Correctness: interpreter run, then the compiled run (codegen checks, and GPU tests when a GPU is present).
+    """Correctness: the interpreter run, then the compiled run (code checks, and the GPU tests when a GPU is present).
 
     Extra arguments go to both pytest runs, e.g. ``nox -s tests -- -k two_pass``.
     """
-    install(session, "test", "attention", "bench")
-    gpu = has_cuda(session)
-    session.log("CUDA device found: GPU tests run and must pass" if gpu else "no CUDA device: GPU tests will SKIP")
-    junit = os.environ.get("KERNELS_JUNIT_DIR")  # one JUnit XML per pytest run, for the gate
+    python = install(session, "test", "attention", "bench")
+    gpu = has_gpu()
+    session.log("GPU found: GPU tests run and must pass" if gpu else "no GPU: GPU tests will SKIP")
+    junit = os.environ.get("KERNELGATE_JUNIT_DIR")  # one JUnit XML per pytest run, for the gate
     report = lambda name: [f"--junitxml={Path(junit) / name}.xml"] if junit else []
-    interpreted = ["-m", "kernel", *report("interpreter"), *session.posargs]
-    py(session, "-m", "pytest", *interpreted, env={"TRITON_INTERPRET": "1"})
-    py(session, "-m", "pytest", *(["--require-gpu"] if gpu else []), *report("compiled"), *session.posargs)
+    parallel = ["-n", "auto", "--dist", "loadfile"]
+    interpreted = ["-m", "kernel", *parallel, *report("interpreter"), *session.posargs]
+    session.run(python, "-m", "pytest", *interpreted, env={"TRITON_INTERPRET": "1"}, external=True)
+    compiled = [*(["--require-gpu"] if gpu else []), *parallel, *report("compiled"), *session.posargs]
+    session.run(python, "-m", "pytest", *compiled, external=True)
 
 
 @nox.session
 def accuracy(session: nox.Session) -> None:
     """Print the LayerNorm error table (GPU, or the interpreter on small shapes without one)."""
-    install(session, "test")
-    env = {} if has_cuda(session) else {"TRITON_INTERPRET": "1"}
-    py(session, "-m", "harness.accuracy_report", *session.posargs, env=env)
-
-
-SMOKE_ASV_ATTRIBUTES = ["-a", "repeat=1", "-a", "rounds=1", "-a", "number=1", "-a", "warmup_time=0"]
-
-
-def _git_head() -> str:
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-    return head.stdout.strip()
-
-
-def _asv_run_checkout(session: nox.Session, gpu: bool, *asv_args: str) -> tuple[str, str]:
-    """Benchmark the checkout as it is (asv's 'existing' environment) under this
-    machine's name; returns (machine, commit)."""
-    machine = py(session, "-m", "harness.device_info", silent=True).strip().splitlines()[-1]
-    commit = _git_head()
-    if subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT, check=False).returncode:
-        session.warn(f"uncommitted changes: their results are filed under HEAD ({commit[:8]})")
-    py(
-        session, "-m", "asv", "run", "--environment", f"existing:{_python(session)}", "--launch-method", "forkserver",
-        "--machine", machine, "--set-commit-hash", commit, "--record-samples", "--show-stderr",
-        *([] if gpu else SMOKE_ASV_ATTRIBUTES), *asv_args,
-    )  # fmt: skip
-    return machine, commit
+    python = install(session, "test")
+    env = {} if has_gpu() else {"TRITON_INTERPRET": "1"}
+    session.run(python, "-m", "kernelgate.accuracy", *session.posargs, env=env, external=True)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The main job: benchmark this checkout with asv, store the results, publish
-    the HTML history, print the table and write the chart.
+    """The main job: benchmark this checkout with asv, store the results, publish the HTML
+    history, print the table and write the chart.
 
     Extra arguments go to ``asv run``, e.g. ``nox -s bench -- -b two_pass``.
     """
-    install(session, "bench", "attention")
+    python = install(session, "bench", "attention")
     gpu = gpu_or_smoke(session)
-    if gpu:  # compile everything in parallel first: asv's per-benchmark processes then load, not compile
-        py(session, "-m", "harness.warm")
-    machine, commit = _asv_run_checkout(session, gpu, *session.posargs)
-    py(session, "-m", "asv", "publish")
-    py(session, "-m", "harness.report", "--machine", machine, "--commit", commit)
-    session.log(f"HTML history: {ROOT / '.asv' / 'html' / 'index.html'} (serve it with `asv preview`)")
+    session.run(
+        python, "-m", "kernelgate.measure.asv_run", *(["--gpu"] if gpu else []), *session.posargs, external=True
+    )
+    session.log("HTML history: serve it with `nox -s preview`")
+
+
+@nox.session
+def preview(session: nox.Session) -> None:
+    """Serve the HTML history that ``nox -s bench`` published (asv preview)."""
+    python = install(session, "bench")
+    session.run(python, "-m", "asv", "preview", *session.posargs, external=True)
 
 
 @nox.session
 def gate(session: nox.Session) -> None:
-    """The PR's performance verdict from asv results: ``nox -s gate -- --base SHA --head SHA --machine NAME ...``."""
-    install(session, "bench")
-    py(session, "-m", "harness.gate", *session.posargs)
+    """The performance verdict from asv results: ``nox -s gate -- --base SHA --head SHA --machine NAME ...``."""
+    python = install(session, "bench")
+    session.run(python, "-m", "kernelgate.gate", *session.posargs, external=True)
 
 
 @nox.session
 def tune(session: nox.Session) -> None:
     """Sweep LayerNorm launch configs on the GPU and keep the best (``nox -s tune -- --help``)."""
-    install(session, "bench")
-    py(session, "-m", "harness.tune", *session.posargs)
+    python = install(session, "bench")
+    session.run(python, "-m", "kernelgate.tune.layer_norm", *session.posargs, external=True)
 
 
 # pytest-benchmark's table: the robust statistics first; a group is one case, kernels beside baselines.
@@ -169,13 +153,32 @@ SMOKE_PERF_ROUNDS = ["--benchmark-min-rounds=1", "--benchmark-max-time=0"]
 
 @nox.session
 def perf(session: nox.Session) -> None:
-    """pytest-benchmark for the kernel developer's loop (docs/perf-loop.md): save a
-    baseline, edit a kernel, compare. Extra arguments go to pytest, e.g.
+    """pytest-benchmark for the kernel developer's loop (docs/measuring.md): save a baseline,
+    edit a kernel, compare. Extra arguments go to pytest, e.g.
     ``nox -s perf -- -k two_pass --benchmark-save=base``, then
     ``nox -s perf -- -k two_pass --benchmark-compare --benchmark-compare-fail=median:5%``.
     """
-    install(session, "test", "bench", "attention")
+    python = install(session, "test", "bench", "attention")
     gpu = gpu_or_smoke(session)
     env = {} if gpu else {"TRITON_INTERPRET": "1"}
     rounds = [] if gpu else SMOKE_PERF_ROUNDS
-    py(session, "-m", "pytest", "tests/perf", "--perf", *PERF_REPORT, *rounds, *session.posargs, env=env)
+    args = ["tests/perf", "--perf", *PERF_REPORT, *rounds, *session.posargs]
+    session.run(python, "-m", "pytest", *args, env=env, external=True)
+
+
+@nox.session
+def results(session: nox.Session) -> None:
+    """Regenerate docs/results.md, the latest table per GPU, from a folder of asv results
+    (``nox -s results -- --results PATH``; default ``.asv/results``)."""
+    python = install(session, "bench")
+    session.run(python, "-m", "kernelgate.report.results_page", *session.posargs, external=True)
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Re-lock the GPU runner's environment: requirements/runner.in -> requirements/runner.txt (hashes)."""
+    session.install("uv")
+    session.run(
+        "uv", "pip", "compile", "requirements/runner.in", "--generate-hashes", "--python-version", "3.12",
+        "--python-platform", "x86_64-manylinux_2_28", "-o", str(RUNNER_LOCK),
+    )  # fmt: skip

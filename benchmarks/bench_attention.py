@@ -4,7 +4,7 @@ against torch's varlen_attn (FA2) and cuDNN SDPA.
 Only the backward is timed, back to back (timing.sample_clock): preprocess
 (Delta) + main kernel + postprocess, on saved forward outputs; our kernels
 work on the packed varlen batch (no pad/unpad), cuDNN on the batch padded to
-its longest sequence. Cases come from harness.cases.attention. TileLang has
+its longest sequence. Cases come from kernelgate.cases.attention. TileLang has
 no interpreter: without a GPU every benchmark here is skipped.
 """
 
@@ -12,11 +12,11 @@ import functools
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from harness import timing
-from harness.cases.attention import ATTENTION_REFERENCES, BENCH_CONFIGS
-from harness.metrics import attention_metrics, case_metrics, measure_cases
-from harness.workloads import attention_backward_workload, warmed
-from kernels.attention import ACCUM_MODES
+from kernelgate.cases.attention import ATTENTION_REFERENCES, BENCH_CONFIGS
+from kernelgate.kernels.attention import ACCUM_MODES
+from kernelgate.measure import timing
+from kernelgate.measure.metrics import attention_metrics, case_metrics, measure_cases
+from kernelgate.measure.workloads import attention_backward_workload, warmed
 
 
 def _require_gpu():

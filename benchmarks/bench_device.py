@@ -1,7 +1,7 @@
 """The device's own ceilings, measured once per run and kept in the history:
 a drop here explains a drop everywhere else."""
 
-from harness import timing
+from kernelgate.measure import timing
 
 
 class Device:

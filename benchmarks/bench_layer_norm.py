@@ -5,17 +5,16 @@ replays the call, captured in CUDA graphs on rotated inputs, 50 times back to
 back (timing.sample_clock), so the host's launch path, which varies between
 processes far more than the kernels do, stays out of the samples the gate
 compares. ``LayerNormMetrics`` tracks what the gate and the history need,
-measured interleaved, every case in one process (harness.metrics): speedups over
+measured interleaved, every case in one process (kernelgate.measure.metrics): speedups over
 eager torch and torch.compile, GB/s, % of the measured copy peak and of a
 copy of one of the case's tensors (device times, do_bench with L2 flushed), and
 the host's cost of one eager call.
-Shapes and dtypes come from harness.cases.layer_norm.
+Shapes and dtypes come from kernelgate.cases.layer_norm.
 """
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from harness import timing
-from harness.cases.layer_norm import (
+from kernelgate.cases.layer_norm import (
     BENCH_DIRECTIONS,
     BENCH_DTYPES,
     LAYER_NORM_REFERENCES,
@@ -23,8 +22,9 @@ from harness.cases.layer_norm import (
     bench_case,
     shape_names,
 )
-from harness.metrics import case_key, case_metrics, layer_norm_measures, measure_cases
-from harness.workloads import sized_for_device, timed_layer_norm
+from kernelgate.measure import timing
+from kernelgate.measure.metrics import case_key, case_metrics, layer_norm_measures, measure_cases
+from kernelgate.measure.workloads import sized_for_device, timed_layer_norm
 
 
 class LayerNorm:

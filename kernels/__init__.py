@@ -1,5 +1,5 @@
 """GPU kernels guarded by the suite: Triton LayerNorm and TileLang GQA varlen attention."""
 
-from kernels.layer_norm import LayerNorm, layer_norm
+from kernelgate.kernels.layer_norm import LayerNorm, layer_norm
 
 __all__ = ["LayerNorm", "layer_norm"]

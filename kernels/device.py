@@ -2,6 +2,7 @@
 
 import functools
 import os
+import re
 
 import torch
 
@@ -27,9 +28,16 @@ def is_sm90_or_newer(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
+GPU_CLASSES = ("GH200", "H200", "H100", "H20", "A100", "L40S", "B200")
+
+
 def gpu_class(name: str) -> str:
-    """The class a GPU's tuned configs and perf thresholds are filed under ("H100", "H200", ...)."""
-    for cls in ("H200", "H100", "H20", "GH200", "A100", "L40S", "B200"):
-        if cls in name.upper():
-            return cls
-    return name.replace("NVIDIA ", "").split()[0] if name else "unknown"
+    """The class a GPU's tuned configs and perf thresholds are filed under ("H100", "H200", ...).
+
+    Whole words of the device name are matched, so "NVIDIA GH200 480GB" is a GH200, not an H200.
+    """
+    words = re.split(r"[^A-Z0-9]+", name.upper())
+    known = next((word for word in words if word in GPU_CLASSES), None)
+    if known:
+        return known
+    return name.replace("NVIDIA ", "").split()[0] if name.strip() else "unknown"

@@ -5,7 +5,7 @@
   gets a pytest process of its own (``nox -s tests`` runs both).
 * otherwise: kernels run on the CUDA device. Without one, those tests SKIP
   and the session ends with a banner saying so; ``--require-gpu`` (or
-  ``KERNELS_REQUIRE_GPU=1``) turns the skips into failures, as on GPU runners.
+  ``KERNELGATE_REQUIRE_GPU=1``) turns the skips into failures, as on GPU runners.
 """
 
 import os
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.device import interpreter_mode
+from kernelgate.kernels.device import interpreter_mode
 
 NO_GPU_REASON = "NO GPU: this kernel test needs a CUDA device (it ran nowhere)"
 PERF_DIR = Path(__file__).with_name("perf")
@@ -24,7 +24,7 @@ def pytest_addoption(parser):
     parser.addoption(
         "--require-gpu",
         action="store_true",
-        default=os.environ.get("KERNELS_REQUIRE_GPU") == "1",
+        default=os.environ.get("KERNELGATE_REQUIRE_GPU") == "1",
         help="fail instead of skipping tests that need a CUDA device",
     )
     parser.addoption("--perf", action="store_true", help="collect the pytest-benchmark suite in tests/perf")

@@ -14,16 +14,16 @@ import re
 import pytest
 import torch
 
-from harness.cases.attention import CORRECTNESS_CASES, AttentionCase, rel_l2
-from kernels.attention import ACCUM_MODES, flash_attn_varlen_func
-from kernels.attention.ops import (
+from kernelgate.cases.attention import CORRECTNESS_CASES, AttentionCase, rel_l2
+from kernelgate.kernels.attention import ACCUM_MODES, flash_attn_varlen_func
+from kernelgate.kernels.attention.ops import (
     TMA_MIN_CAPABILITY,
     attention_backward,
     attention_forward,
     check_capability,
     check_inputs,
 )
-from kernels.attention.reference import attention_varlen_ref
+from kernelgate.kernels.attention.reference import attention_varlen_ref
 
 CASE_IDS = [c.name for c in CORRECTNESS_CASES]
 

@@ -1,12 +1,12 @@
 """Generated code of the TileLang attention kernels, read without a GPU.
 
 Each kernel is compiled for sm_90a with the local nvcc exactly as the launchers
-compile it (``kernels.attention.ops``), then its CUDA source and SASS are read.
+compile it (``kernelgate.kernels.attention.ops``), then its CUDA source and SASS are read.
 The backward's accumulation mode must show in the instructions:
 
 * tma: bulk tensor reductions (``UTMAREDG ... ADD``), no register atomics;
-* region: every accumulated element in a 128-bit reduction (``REDG.E.ADD.F32x4``),
-  the seed PR's optimization: per-element atomics in its place fail here;
+* region: every accumulated element in a 128-bit reduction (``REDG.E.ADD.F32x4``):
+  per-element atomics in its place fail here;
 * elem: one scalar ``REDG.E.ADD.F32`` per element, nothing wider.
 
 Runs in the compiled pytest process, CPU only; kernels compile once per session
@@ -25,10 +25,10 @@ import pytest
 import triton
 from tilelang.cuda.backend import tilelang_callback_cuda_compile
 
-from harness.cases.attention import CODEGEN_CASES, AttentionCase
-from harness.workloads import attention_shape
-from kernels.attention import ACCUM_MODES, flash_attn_varlen_func, ops
-from kernels.device import interpreter_mode
+from kernelgate.cases.attention import CODEGEN_CASES, AttentionCase
+from kernelgate.kernels.attention import ACCUM_MODES, flash_attn_varlen_func, ops
+from kernelgate.kernels.device import interpreter_mode
+from kernelgate.measure.workloads import attention_shape
 
 pytestmark = pytest.mark.skipif(interpreter_mode(), reason="compiled-mode check; runs in the other pytest process")
 

@@ -1,4 +1,4 @@
-"""harness.compare_tables: each side of the A/B launches with its own table's configurations."""
+"""kernelgate.tune.compare: each side of the A/B launches with its own table's configurations."""
 
 import dataclasses
 import json
@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from harness.compare_tables import compare_case, under_table
-from kernels.layer_norm.config import TUNED_ENV, LaunchConfig, launch_config, tuned_key
+from kernelgate.kernels.layer_norm.config import TUNED_ENV, LaunchConfig, launch_config, tuned_key
+from kernelgate.tune.compare import compare_case, under_table
 
 
 def _table(path, cfg: LaunchConfig, gpu: str):

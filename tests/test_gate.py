@@ -24,10 +24,10 @@ from asv.machine import Machine
 from asv.results import Results, iter_results_for_machine_and_hash
 from asv.runner import BenchmarkResult
 
-from harness.gate.__main__ import main
-from harness.gate.asv_results import Case
-from harness.gate.junit import GPU_SKIP_MARKER
-from harness.gate.thresholds import load_thresholds
+from kernelgate.gate.__main__ import main
+from kernelgate.gate.asv_results import Case
+from kernelgate.gate.junit import GPU_SKIP_MARKER
+from kernelgate.gate.thresholds import load_thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE = "h200-runner-1"
@@ -96,7 +96,7 @@ SMALL_THRESHOLDS = f"""
 max_slowdown = 0.05
 
 [[rule]]
-why = "the seed's figure"
+why = "the two-pass floor"
 benchmark = "{LN_SPEEDUP}"
 params = {{ variant = "two_pass", direction = "fwd" }}
 gpu_class = ["H100", "H200"]
@@ -189,7 +189,7 @@ class Gate:
         write_results(self.results, HEAD, space, head, gpu=head_gpu)
 
     def run(self, *extra: str, junit: str | None = PASSING_JUNIT, thresholds: str = SMALL_THRESHOLDS):
-        """(exit code, verdict.json) of ``python -m harness.gate``."""
+        """(exit code, verdict.json) of ``python -m kernelgate.gate``."""
         (self.root / "thresholds.toml").write_text(thresholds)
         args = ["--base", BASE, "--head", HEAD, "--machine", MACHINE, "--results-dir", str(self.results)]
         args += ["--thresholds", str(self.root / "thresholds.toml"), "--out", str(self.out)]

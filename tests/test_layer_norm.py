@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 import torch
 
-import kernels
-from harness.accuracy import errors, run_layer_norm
-from harness.cases.layer_norm import CORRECTNESS_CASES, LAYER_NORM_VARIANTS, LayerNormCase, interpreted
-from kernels.device import interpreter_mode
-from kernels.layer_norm.config import (
+from kernelgate import kernels
+from kernelgate.accuracy import errors, run_layer_norm
+from kernelgate.cases.layer_norm import CORRECTNESS_CASES, LAYER_NORM_VARIANTS, LayerNormCase, interpreted
+from kernelgate.kernels.device import interpreter_mode
+from kernelgate.kernels.layer_norm.config import (
     FUSED_MAX_N,
     LaunchConfig,
     cdiv,
@@ -23,7 +23,7 @@ from kernels.layer_norm.config import (
     persistent_programs,
     prev_power_of_2,
 )
-from kernels.layer_norm.ops import (
+from kernelgate.kernels.layer_norm.ops import (
     _odd_program_shift,
     _sms,
     backward_launch,
@@ -35,7 +35,7 @@ from kernels.layer_norm.ops import (
     select_variant,
     vector_width,
 )
-from kernels.layer_norm.reference import layer_norm_ref
+from kernelgate.kernels.layer_norm.reference import layer_norm_ref
 
 pytestmark = pytest.mark.kernel
 
@@ -116,7 +116,7 @@ def test_fused_forward_prefetch_is_only_a_hint(dtype, prefetch_per_sm, cuda_devi
     plain = heuristic_config("fused", "fwd", case.torch_dtype, case.n)
     cfg = dataclasses.replace(plain, prefetch_per_sm=prefetch_per_sm)
     poisoned = torch.full_like(x, float("nan"))
-    assert forward_launch(x, w, b, case.eps, "fused", poisoned, None, None, cfg).args[-1] == (
+    assert forward_launch(x, w, b, case.eps, "fused", poisoned, None, None, cfg).arguments["prefetch_rows"] == (
         prefetch_per_sm * _sms(x) * cfg.block_m
     ), "the launch does not prefetch"
     y_plain, _, _ = layer_norm_fwd(x, w, b, case.eps, "fused", cfg=plain, stats=False)
@@ -127,7 +127,7 @@ def test_fused_forward_prefetch_is_only_a_hint(dtype, prefetch_per_sm, cuda_devi
     torch.testing.assert_close(y.double(), y_ref, atol=atol, rtol=rtol)
 
     shifted = torch.empty(case.m * case.n + 1, dtype=x.dtype, device=cuda_device)[1:].view_as(x).copy_(x)
-    assert forward_launch(shifted, w, b, case.eps, "fused", poisoned, None, None, cfg).args[-1] == 0
+    assert forward_launch(shifted, w, b, case.eps, "fused", poisoned, None, None, cfg).arguments["prefetch_rows"] == 0
     y_shifted, _, _ = layer_norm_fwd(
         shifted, w, b, case.eps, "fused", out=(torch.full_like(x, float("nan")), None, None), cfg=cfg
     )
@@ -152,7 +152,7 @@ def test_fused_backward_prefetch_is_only_a_hint(dtype, prefetch_per_sm, cuda_dev
         return layer_norm_bwd(dy, x, w, b, mean, rstd, "fused", out=poisoned, cfg=cfg)
 
     def prefetch_rows(x, dy):
-        return backward_launch(dy, x, w, b, mean, rstd, "fused", torch.empty_like(x), cfg)[0].args[-1]
+        return backward_launch(dy, x, w, b, mean, rstd, "fused", torch.empty_like(x), cfg)[0].arguments["prefetch_rows"]
 
     assert prefetch_rows(x, dy) == prefetch_per_sm * _sms(x) * cfg.block_m, "the launch does not prefetch"
     grads = backward(x, dy, cfg)

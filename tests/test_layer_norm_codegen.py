@@ -1,5 +1,5 @@
 """Machine-code checks for the LayerNorm kernels, compiled ahead of time for
-sm_90 without a GPU (harness.codegen). They catch performance regressions a
+sm_90 without a GPU (support.codegen). They catch performance regressions a
 CPU-only CI can see: lost 128-bit memory access and register spills.
 
 Launches are built by the same functions the runtime uses, on meta tensors, so
@@ -12,12 +12,18 @@ import re
 
 import pytest
 import torch
+from support.codegen import compile_sm90, resource_usage, sass
 
-from harness.cases.layer_norm import BENCH_SHAPES, DTYPES
-from harness.codegen import compile_sm90, resource_usage, sass
-from kernels.device import interpreter_mode
-from kernels.layer_norm.config import LaunchConfig, launch_config, launch_entries, read_tuned_table, tuned_file
-from kernels.layer_norm.ops import backward_launch, column_sum_launch, forward_launch, select_variant
+from kernelgate.cases.layer_norm import BENCH_SHAPES, DTYPES
+from kernelgate.kernels.device import interpreter_mode
+from kernelgate.kernels.layer_norm.config import (
+    LaunchConfig,
+    launch_config,
+    launch_entries,
+    read_tuned_table,
+    tuned_file,
+)
+from kernelgate.kernels.layer_norm.ops import backward_launch, column_sum_launch, forward_launch, select_variant
 
 pytestmark = pytest.mark.skipif(interpreter_mode(), reason="ahead-of-time compile: runs in the compiled pytest process")
 

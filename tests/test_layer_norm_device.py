@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-import kernels
-from kernels.device import interpreter_mode
+from kernelgate import kernels
+from kernelgate.kernels.device import interpreter_mode
 
 pytestmark = pytest.mark.skipif(interpreter_mode(), reason="compiled-mode check; runs in the other pytest process")
 

@@ -9,22 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import tune
-from harness.cases.layer_norm import BENCH_DTYPES, BENCH_SHAPES, DTYPES, LAYER_NORM_VARIANTS, LayerNormCase
-from harness.tune_space import (
-    MAX_RESIDENT_WARPS,
-    PREFETCH_LEADERS,
-    PREFETCH_PER_SM,
-    REFINED_LEADERS,
-    RELEASE_LEADERS,
-    candidates,
-    compile_unit,
-    refinements,
-    released,
-    seed_configs,
-)
-from harness.workloads import BATCH_CALLS
-from kernels.layer_norm.config import (
+from kernelgate.cases.layer_norm import BENCH_DTYPES, BENCH_SHAPES, DTYPES, LAYER_NORM_VARIANTS, LayerNormCase
+from kernelgate.kernels.layer_norm.config import (
     FUSED_MAX_N,
     TUNED_ENV,
     LaunchConfig,
@@ -38,13 +24,27 @@ from kernels.layer_norm.config import (
     with_tuned,
     write_tuned_table,
 )
-from kernels.layer_norm.ops import select_variant
+from kernelgate.kernels.layer_norm.ops import select_variant
+from kernelgate.measure.workloads import BATCH_CALLS
+from kernelgate.tune import layer_norm as tune
+from kernelgate.tune.space import (
+    MAX_RESIDENT_WARPS,
+    PREFETCH_LEADERS,
+    PREFETCH_PER_SM,
+    REFINED_LEADERS,
+    RELEASE_LEADERS,
+    block_table_configs,
+    candidates,
+    compile_unit,
+    refinements,
+    released,
+)
 
 
-def test_seed_table_is_the_day_3_sweep():
-    got = {(c.block_m, c.block_n, c.num_warps) for c in seed_configs()}
+def test_block_table_is_block_n_by_warps():
+    got = {(c.block_m, c.block_n, c.num_warps) for c in block_table_configs()}
     assert got == {(1, b, w) for b in (512, 1024, 2048, 4096, 8192) for w in (2, 4, 8)}
-    assert len(seed_configs()) == 15
+    assert len(block_table_configs()) == 15
 
 
 def test_default_plan_covers_every_key_the_benchmarks_look_up():
@@ -185,31 +185,44 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
     assert tune.ranked_by_geomean(confirmed)[0][0] == steady
 
 
-# Sweeps at the kernels' current code, with the keys each holds: every key on the H100 (session 12,
-# the forward timed storing its statistics; session 13, timed as inference like the suite's fwd
-# case), 4096x5000's forward on the H100 with the fused space widened to 80 values a thread
-# (session 14), the fused backward on the H200 (sessions 10 and 11).
-RECORDED_SWEEPS = {
-    "h100-2026-11-23-layer-norm-tune.json": 48,
-    "h100-2026-11-23-layer-norm-tune-inference-fwd.json": 48,
-    "h100-2026-11-23-layer-norm-tune-5000-wide.json": 6,
-    "h200-2026-11-22-layer-norm-bwd-single-reduction-tune.json": 12,
-    "h200-2026-11-23-layer-norm-bwd-balanced-tune.json": 12,
+# Recorded sweeps, reduced to each key's three best configurations and the heuristic's: every key on
+# the H100 (the forward timed storing its statistics, then as inference like the suite's fwd case),
+# 4096x5000's forward on the H100 with the fused space widened to 80 values a thread, and the fused
+# backward on the H200 (single reduction, then the balanced grid), with the keys each holds.
+RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
+SWEEP_KEYS = {
+    "h100-every-key": 48,
+    "h100-every-key-forward-as-inference": 48,
+    "h100-4096x5000-wider-fused-space": 6,
+    "h200-fused-backward-single-reduction": 12,
+    "h200-fused-backward-balanced-grid": 12,
 }
 
 
-@pytest.mark.parametrize("sweep", sorted(RECORDED_SWEEPS))
+def recorded_sweep(name: str) -> list[tune.Measurement]:
+    measured = []
+    for row in json.loads(RECORDED_SWEEPS.read_text())[name]:
+        variant, direction, dtype, n = row["key"].split("/")
+        case = LayerNormCase(*map(int, row["shape"].split("x")), dtype)
+        measured.append(
+            tune.Measurement(
+                tune.Key(variant, direction, dtype, int(n)), case, LaunchConfig(**row["config"]), row["ms"]
+            )
+        )
+    return measured
+
+
+@pytest.mark.parametrize("sweep", sorted(SWEEP_KEYS))
 def test_untuned_configs_are_near_the_best_of_recorded_sweeps(sweep):
-    """What a key the tuned table lacks runs (the heuristic), as measured among every configuration
-    of a recorded sweep: within 1.15x of each key's best (before session 12, up to 5.5x: the
-    two_pass backward on the H100)."""
-    measured = tune.read_measurements(Path(__file__).parents[1] / "docs" / "results" / sweep)
+    """What a key the tuned table lacks runs (the heuristic), as measured among the configurations
+    of a recorded sweep: within 1.15x of each key's best."""
+    measured = recorded_sweep(sweep)
     keys = sorted({m.key for m in measured}, key=lambda k: k.name)
-    assert len(keys) == RECORDED_SWEEPS[sweep]
+    assert len(keys) == SWEEP_KEYS[sweep]
     for key in keys:
         ranked = dict(tune.ranked_by_geomean([m for m in measured if m.key == key]))
         heuristic = heuristic_config(key.variant, key.direction, DTYPES[key.dtype], key.n)
-        assert heuristic in ranked, f"{key.name}: the heuristic configuration was not measured"
+        assert heuristic in ranked, f"{key.name}: the heuristic configuration was not measured in this sweep"
         assert ranked[heuristic] <= 1.15 * min(ranked.values()), key.name
 
 
@@ -285,16 +298,13 @@ def test_auto_picks_the_variant_with_the_faster_best_config():
         tune.Key("two_pass", "bwd", "float32", 5000): (cfg, 0.115),
         tune.Key("two_pass", "fwd", "float32", 65536): (cfg, 1.0),  # fused cannot hold the row: no choice
     }
-    assert tune.auto_choices(best) == {"auto/fwd/float32/5000": "two_pass", "auto/bwd/float32/5000": "fused"}
+    # The backward's pick is the heuristic's anyway (fused), so the table keeps only the forward's.
+    assert tune.auto_choices(best) == {"auto/fwd/float32/5000": "two_pass"}
 
 
 def test_default_run_is_estimated_within_ten_minutes_on_14_processes():
-    # A full sweep fits one device-tool command (10 min). The estimate runs high: 6.8 min estimated,
-    # 5.7 taken on the H100 before the confirmation pass (session 12); the fused forward's keys,
-    # 2.5 min estimated, 1.5 taken on the H200 (session 16). Session 17, H200: the fused backward's
-    # N = 5000 keys, 51 s estimated, 31 s taken (with the old per-timing overhead, 15 ms); then the
-    # fused forward's keys with the prefetch on 8 leaders, 3.4 min estimated (8 ms), 2.1 taken.
-    # Session 18: the column sum's early release on 2 backward leaders (4 would pass 10 min).
+    # A full sweep fits in ten minutes of a 16-core GPU host. The estimate runs high (an H100's whole
+    # sweep: 6.8 min estimated, 5.7 taken; the fused forward's keys on an H200: 3.4 estimated, 2.1 taken).
     args = tune.parse_args(["--jobs", "14"])
     keys = tune.plan(args.variants, args.directions, args.dtypes, args.shapes)
     est = tune.estimate_s(keys, True, args.jobs, args.rep_ms, args.warmup_ms)

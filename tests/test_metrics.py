@@ -1,6 +1,6 @@
-"""harness.metrics.measure_cases and case_metrics: an asv metrics class measures every case once,
+"""kernelgate.measure.metrics.measure_cases and case_metrics: an asv metrics class measures every case once,
 in its setup_cache, and each benchmark reads its case; a case that failed fails its benchmarks only;
-`python -m harness.metrics` needs no asv; the byte model behind every GB/s."""
+`python -m kernelgate.measure.metrics` needs no asv; the byte model behind every GB/s."""
 
 import importlib
 import sys
@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from harness.cases.layer_norm import LayerNormCase
-from harness.metrics import case_key, case_metrics, measure_cases
+from kernelgate.cases.layer_norm import LayerNormCase
+from kernelgate.measure.metrics import case_key, case_metrics, measure_cases
 
 
 def test_every_case_is_measured_once_and_read_by_key():
@@ -42,10 +42,10 @@ def test_a_case_that_was_never_measured_is_an_error():
 
 
 def test_the_metrics_table_needs_no_asv(monkeypatch):
-    # python -m harness.metrics runs on GPU images that lack asv (the lent machines' do).
+    # python -m kernelgate.measure.metrics must run on GPU images that lack asv.
     monkeypatch.setitem(sys.modules, "asv", None)  # any import of asv now raises ImportError
-    monkeypatch.delitem(sys.modules, "harness.report", raising=False)
-    report = importlib.import_module("harness.report")
+    monkeypatch.delitem(sys.modules, "kernelgate.report.bench", raising=False)
+    report = importlib.import_module("kernelgate.report.bench")
     assert "| layer_norm/fused |" in report.markdown_table([{"kernel": "layer_norm/fused", "gbps": 1.0}])
 
 

@@ -1,6 +1,6 @@
-"""harness.report's markdown table, shared by nox -s bench and python -m harness.metrics."""
+"""kernelgate.report.bench's markdown table, shared by nox -s bench and python -m kernelgate.measure.metrics."""
 
-from harness.report import markdown_table
+from kernelgate.report.bench import markdown_table
 
 
 def test_report_tables_leave_out_columns_no_row_has():

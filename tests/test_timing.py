@@ -1,8 +1,8 @@
-"""harness.timing's asv sample: calls_per_sample() calls back to back, recorded per call."""
+"""kernelgate.measure.timing's asv sample: calls_per_sample() calls back to back, recorded per call."""
 
 import time
 
-from harness import timing
+from kernelgate.measure import timing
 
 
 def test_a_sample_runs_back_to_back_calls_and_the_clock_counts_per_call(monkeypatch):

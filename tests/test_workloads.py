@@ -1,12 +1,12 @@
-"""harness.workloads: what the benchmarks replay is what they captured, and the copies they stand beside."""
+"""kernelgate.measure.workloads: what the benchmarks replay is what they captured, and the copies they stand beside."""
 
 import gc
 import weakref
 
 import torch
 
-from harness.cases.layer_norm import LayerNormCase
-from harness.workloads import _compiled_layer_norm, in_cuda_graphs, layer_norm_workload, tensor_copy_workload
+from kernelgate.cases.layer_norm import LayerNormCase
+from kernelgate.measure.workloads import compiled_layer_norm, in_cuda_graphs, layer_norm_workload, tensor_copy_workload
 
 
 def _doubling(device):
@@ -40,7 +40,7 @@ def test_a_replay_makes_as_many_calls_as_it_says(cuda_device):
 
 
 def test_the_tensor_copy_cycles_through_its_own_pairs():
-    # harness.metrics' pct_tensor_copy: a copy of the case's [M, N] tensors, rotated as the inputs
+    # kernelgate.measure.metrics' pct_tensor_copy: a copy of the case's [M, N] tensors, rotated as the inputs
     # are, so that a batch of copies does not read what the previous one left in L2.
     case = LayerNormCase(8, 40, "bfloat16")
     copy = tensor_copy_workload(case, rotate=3)
@@ -54,12 +54,12 @@ def test_the_tensor_copy_cycles_through_its_own_pairs():
 
 def test_the_compiled_baseline_replays_its_backward_after_a_cached_training_compile(tmp_path, monkeypatch):
     # The torch.compile baseline's bwd case replays one backward; a warm Inductor cache filled by the
-    # fwd+bwd case (a self-hosted runner's second run, or asv's processes after harness.warm) must serve it.
+    # fwd+bwd case (a self-hosted runner's second run, or asv's processes after kernelgate.measure.warm) must serve it.
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     case = LayerNormCase(8, 40, "float32")
     layer_norm_workload(case, "torch_compile", "fwd+bwd")()
     torch._dynamo.reset()  # what a new process starts without; the on-disk cache stays
-    _compiled_layer_norm.cache_clear()
+    compiled_layer_norm.cache_clear()
     backward = layer_norm_workload(case, "torch_compile", "bwd")
     grads = [backward() for _ in range(2)]
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)

@@ -16,7 +16,7 @@ import tilelang
 import torch
 from tvm.target import Target
 
-from kernels.attention import tilelang_kernels as tk
+from kernelgate.kernels.attention import tilelang_kernels as tk
 
 SUPPORTED_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 # (dim_qk, dim_v) pairs whose tiles are sized to fit shared memory (checked at 227 KiB on sm_90).
@@ -55,7 +55,7 @@ class Tiles:
 # registers (160 floats per thread at 192/128, 128 at 128/128), which leaves room for 32
 # query rows per step; at 128/128 also for double-buffered Q/dO (one spill store in the
 # causal kernel, none in the others). More query rows per step (48, 64) compile, but ran
-# slower on an H200: harness.tune_attention times the alternatives on a GPU.
+# slower on an H200: kernelgate.tune.attention times the alternatives on a GPU.
 def forward_tiles(dim_qk: int) -> Tiles:
     return Tiles(block_m=128, block_n=64 if dim_qk > 128 else 128, num_stages=2, threads=256)
 
@@ -289,7 +289,7 @@ def attention_backward(
 
     Returns (dq, dk, dv) in q's dtype; ``out`` optionally supplies them. Needs only
     the forward's saved o and lse, so it can be timed on its own. ``tiles`` overrides
-    the main kernel's ``backward_tiles`` (``harness.tune_attention`` sweeps them).
+    the main kernel's ``backward_tiles`` (``kernelgate.tune.attention`` sweeps them).
     """
     do, q, k, v, o, lse = (t.contiguous() for t in (do, q, k, v, o, lse))
     shape = _shape(q, k, v, causal)

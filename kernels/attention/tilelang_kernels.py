@@ -25,10 +25,10 @@ group, so all three are summed in float32 accumulators in global memory. The
 ``accum`` argument selects how a tile is added there; the three modes differ only
 in that step (see ``tile_accumulator``):
 
-* ``"elem"``: one scalar atomic add per element (the code before the seed PR).
+* ``"elem"``: one scalar atomic add per element.
 * ``"region"``: the tile is staged in shared memory and added by one tile-region
   ``T.atomic_add``, which TileLang lowers to 128-bit vector reductions
-  (``AtomicAddx4``, SASS ``REDG.E.ADD.F32x4``): the seed PR's optimization.
+  (``AtomicAddx4``, SASS ``REDG.E.ADD.F32x4``).
 * ``"tma"``: the same staged tile is added by TMA bulk tensor reductions
   (``cp.reduce.async.bulk.tensor``, SASS ``UTMAREDG``; sm_90+), issued by one thread.
 

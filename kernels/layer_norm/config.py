@@ -1,7 +1,7 @@
 """Launch configurations for the LayerNorm kernels.
 
 A configuration is looked up in ``tuned_configs.json`` (written by
-``nox -s tune``; ``KERNELS_TUNED_CONFIGS=path`` points at another table, e.g.
+``nox -s tune``; ``KERNELGATE_TUNED_CONFIGS=path`` points at another table, e.g.
 to try or to inject a slower one) for the current GPU class, variant,
 direction, dtype and N; otherwise a heuristic picks one. Launchers, the ahead-of-time code checks and
 the tuner all go through ``launch_config`` so they see the same kernels.
@@ -35,9 +35,8 @@ AUTO_MAX_PADDING = 0.25
 PIPELINE_MAX_BYTES = 128 * 1024
 
 TUNED_FILE = Path(__file__).with_name("tuned_configs.json")
-TUNED_ENV = "KERNELS_TUNED_CONFIGS"  # another table, e.g. to try (or inject) configurations
+TUNED_ENV = "KERNELGATE_TUNED_CONFIGS"  # another table, e.g. to try (or inject) configurations
 VARIANTS = ("fused", "two_pass", "auto")
-DIRECTIONS = ("fwd", "bwd")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +103,7 @@ def fused_block_n(direction: str, n: int) -> int:
     """The heuristic's fused tile: N rounded up to a power of two, or, forward, N's largest
     power-of-two piece where a tail piece covers the rest in fewer lanes (5000: 4096 + 1024,
     2% of the lanes masked off instead of 39%). On an H200 the split forward was 1.02-1.25x
-    faster; the split backward 1.08-1.23x slower at the same warps (docs/results): where the tail
+    faster; the split backward 1.08-1.23x slower at the same warps: where the tail
     gives a thread fewer elements than the head's vector, the compiler moves the whole head tile
     into the tail's layout through shared memory every row."""
     whole, head = next_power_of_2(n), prev_power_of_2(n)
@@ -127,8 +126,11 @@ def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gp
     if variant != "auto":
         return variant
     tuned = _tuned_entry(tuned_key("auto", direction, dtype, n), gpu, os.environ.get(TUNED_ENV))
-    if tuned is not None:
-        return tuned["variant"]
+    return tuned["variant"] if tuned is not None else heuristic_variant(direction, n)
+
+
+def heuristic_variant(direction: str, n: int) -> str:
+    """auto's variant without a tuned choice: fused unless its tile is wide and masks off too many lanes."""
     lanes = fused_lanes(direction, n)
     padded = lanes > FUSED_BWD_REGISTER_LANES and 1 - n / lanes > AUTO_MAX_PADDING
     return "fused" if n <= FUSED_MAX_N and not padded else "two_pass"
@@ -148,9 +150,8 @@ def _warps_for(elements: int, per_thread: int) -> int:
 
 def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -> LaunchConfig:
     """The configuration of a key the tuned table lacks: another GPU class, or another N. Chosen
-    from the recorded sweeps (docs/results: the H100's of every key, the H200's fused backward),
-    among whose configurations it is within 1.15x of each key's best (the previous rules: up to
-    1.25x fused forward, 1.47x two_pass forward, 5.5x two_pass backward on the H100)."""
+    from recorded sweeps (the H100's of every key, the H200's fused backward), among whose
+    configurations it is within 1.15x of each key's best (tests/fixtures/recorded_sweeps.json)."""
     if variant == "two_pass":
         if direction == "fwd":  # the row in one chunk up to 8192, rows packed to 2048 elements
             block_n = min(next_power_of_2(n), 8192)

@@ -2,7 +2,7 @@
 
 import torch
 
-from kernels.layer_norm.ops import layer_norm
+from kernelgate.kernels.layer_norm.ops import layer_norm
 
 
 class LayerNorm(torch.nn.LayerNorm):

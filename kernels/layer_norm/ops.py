@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import torch
 import triton
 
-from kernels.device import gpu_class, interpreter_mode, is_sm90_or_newer, sm_count
-from kernels.layer_norm import triton_kernels as tk
-from kernels.layer_norm.config import (
+from kernelgate.kernels.device import gpu_class, interpreter_mode, is_sm90_or_newer, sm_count
+from kernelgate.kernels.layer_norm import triton_kernels as tk
+from kernelgate.kernels.layer_norm.config import (
     FUSED_MAX_N,
     LaunchConfig,
     cdiv,
@@ -89,11 +89,11 @@ def gpu_of(t: torch.Tensor) -> str | None:
     return _gpu_class_of(t.device.index or 0) if t.is_cuda else None
 
 
-PDL_ENV = "KERNELS_PDL"  # "0": launch without programmatic dependent launch (to compare, or to rule it out)
+PDL_ENV = "KERNELGATE_PDL"  # "0": launch without programmatic dependent launch (to compare, or to rule it out)
 
 
 def _on_sm90(t: torch.Tensor) -> bool:
-    """``t``'s GPU is sm_90 or newer. Meta tensors stand for the sm_90 target ``harness.codegen``
+    """``t``'s GPU is sm_90 or newer. Meta tensors stand for the sm_90 target ``support.codegen``
     compiles their launches for."""
     return t.is_meta or (t.is_cuda and is_sm90_or_newer(t.device.index or 0))
 
@@ -101,14 +101,14 @@ def _on_sm90(t: torch.Tensor) -> bool:
 def pdl_of(t: torch.Tensor) -> bool:
     """Whether launches on ``t``'s device use programmatic dependent launch: each kernel may
     start (and wait) while the previous one in the stream drains, which hides the launch gap
-    between back-to-back kernels. sm_90 and newer, unless ``KERNELS_PDL=0``."""
+    between back-to-back kernels. sm_90 and newer, unless ``KERNELGATE_PDL=0``."""
     return _on_sm90(t) and os.environ.get(PDL_ENV) != "0"
 
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
     """One kernel launch, fully specified: run it, or compile it ahead of time
-    (``harness.codegen`` builds it on meta tensors to inspect the machine code)."""
+    (``support.codegen`` builds it on meta tensors to inspect the machine code)."""
 
     kernel: triton.JITFunction
     grid: tuple[int, ...]
@@ -120,6 +120,12 @@ class Launch:
         """Launch; returns Triton's compiled kernel (``n_regs``, ``n_spills``), None in the interpreter."""
         pdl = self.constexprs.get("PDL", False)  # kernels that take PDL wait for their predecessor when it is set
         return self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps, launch_pdl=pdl)
+
+    @property
+    def arguments(self) -> dict:
+        """The runtime arguments by the kernel's parameter names."""
+        names = [name for name in self.kernel.arg_names if name not in self.constexprs]
+        return dict(zip(names, self.args, strict=True))
 
 
 def _sms(t: torch.Tensor) -> int:
@@ -156,7 +162,7 @@ def _odd_program_shift(cfg: LaunchConfig, programs: int, vec: int, n: int, *rows
     row starts mid-sector, so each warp's cp.async copies straddle one 32-byte sector more than they
     fill: on an H200 the row kernel ran 1.07x faster on rows padded to whole sectors. Lanes shifted back
     16 bytes cover whole sectors again, if they still reach N: the 16-bit 4096x5000 backward ran
-    1.02x (bf16) and 1.06x (fp16) faster so on an H200 (docs/results, sessions 17 and 18)."""
+    1.02x (bf16) and 1.06x (fp16) faster so on an H200."""
     elem = rows[0].element_size()
     if cfg.block_m != 1 or programs % 2 or vec * elem != 16:
         return 0
@@ -239,13 +245,13 @@ def column_sum_launch(partial: torch.Tensor, outs: list[torch.Tensor]) -> Launch
     slabs, g, n = partial.shape
     # Narrow column tiles until every SM has two programs: each walks all G rows serially,
     # so too few of them leave the partials' latency exposed (32 instead of 256 columns:
-    # the backward 1.01-1.27x faster on an H200, docs/results).
+    # the backward 1.01-1.27x faster on an H200).
     block_n = min(next_power_of_2(n), 256)
     while block_n > 32 and cdiv(n, block_n) * slabs < 2 * _sms(partial):
         block_n //= 2
     # One load for up to 256 partial rows (G is 132-1056 on an H200) rather than a loop of loads
     # of 32: on an H200, 0.85-1.00x the backward's time on 20 of 21 cases, the least at 4096x1024
-    # (fp16 16384x4096 1.04x, unexplained; docs/results, session 9).
+    # (fp16 16384x4096 1.04x, unexplained).
     return Launch(
         kernel=tk.column_sum_kernel,
         grid=(cdiv(n, block_n), slabs),

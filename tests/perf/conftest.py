@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 from pytest_benchmark.logger import PytestBenchmarkWarning
 
-from harness import timing
-from harness.device_info import device_info
-from kernels.device import interpreter_mode
+from kernelgate.kernels.device import interpreter_mode
+from kernelgate.measure import timing
+from kernelgate.measure.device_info import device_info
 
 SMOKE_NOTE = "SMOKE RUN: Triton interpreter on CPU at tiny sizes; these are interpreter timings, not GPU timings"
 MISMATCHES = pytest.StashKey[list[str]]()

@@ -1,6 +1,6 @@
 """GQA varlen attention backward under pytest-benchmark: every benchmark config of
-harness.cases.attention, the three accumulation modes beside FA2 and cuDNN, one
-group per config. Only the backward is timed (see harness.workloads).
+kernelgate.cases.attention, the three accumulation modes beside FA2 and cuDNN, one
+group per config. Only the backward is timed (see kernelgate.measure.workloads).
 
 The asv twin is benchmarks/bench_attention.py. TileLang has no interpreter:
 without a GPU these skip, saying so.
@@ -8,10 +8,10 @@ without a GPU these skip, saying so.
 
 import pytest
 
-from harness import timing
-from harness.cases.attention import ATTENTION_BASELINE, ATTENTION_REFERENCES, BENCH_CONFIGS
-from harness.workloads import attention_backward_workload, warmed
-from kernels.attention import ACCUM_MODES
+from kernelgate.cases.attention import ATTENTION_BASELINE, ATTENTION_REFERENCES, BENCH_CONFIGS
+from kernelgate.kernels.attention import ACCUM_MODES
+from kernelgate.measure import timing
+from kernelgate.measure.workloads import attention_backward_workload, warmed
 
 pytestmark = [
     pytest.mark.benchmark(timer=timing.device_clock, warmup=True),

@@ -1,4 +1,4 @@
-"""LayerNorm under pytest-benchmark: every case of harness.cases.layer_norm,
+"""LayerNorm under pytest-benchmark: every case of kernelgate.cases.layer_norm,
 the Triton variants beside eager PyTorch and torch.compile, one group per case.
 
 The asv twin is benchmarks/bench_layer_norm.py; both time timed_layer_norm
@@ -7,8 +7,7 @@ The asv twin is benchmarks/bench_layer_norm.py; both time timed_layer_norm
 
 import pytest
 
-from harness import timing
-from harness.cases.layer_norm import (
+from kernelgate.cases.layer_norm import (
     BENCH_DIRECTIONS,
     BENCH_DTYPES,
     LAYER_NORM_BASELINE,
@@ -17,7 +16,8 @@ from harness.cases.layer_norm import (
     bench_case,
     shape_names,
 )
-from harness.workloads import in_cuda_graphs, layer_norm_workload, sized_for_device, timed_layer_norm, warmed
+from kernelgate.measure import timing
+from kernelgate.measure.workloads import in_cuda_graphs, layer_norm_workload, sized_for_device, timed_layer_norm, warmed
 
 pytestmark = [
     # Device time: the clock is read after a device sync. Warm-up rounds (GPU clocks, caches)

@@ -1,1 +1,0 @@
-"""The suite's harness: benchmark cases, GPU timing and the regression gate."""

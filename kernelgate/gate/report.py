@@ -1,0 +1,99 @@
+"""The verdict for people and machines: a markdown table (worst first), a JSON file, a PNG of head/base ratios."""
+
+import collections
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # CI runners have no display
+import matplotlib.pyplot as plt
+
+from kernelgate.gate.findings import Finding, Outcome, Verdict, human, worst_first
+
+SHOWN_ROWS = 60  # keeps a PR comment readable and under GitHub's 65536 characters; verdict.json has every row
+COLORS = {Verdict.FAIL: "tab:red", Verdict.WARN: "tab:orange", Verdict.CLEARED: "tab:blue", Verdict.PASS: "tab:green"}
+
+
+def markdown(outcome: Outcome) -> str:
+    status = "could not evaluate" if outcome.error else ("passed" if outcome.passed else "FAILED")
+    gpu = f" ({outcome.gpu})" if outcome.gpu else ""
+    lines = [
+        f"## Perf gate {'✅' if outcome.passed else '❌'} {status}",
+        "",
+        f"Machine `{outcome.machine}`{gpu}, base `{outcome.base[:8]}` → head `{outcome.head[:8]}`.",
+        "",
+    ]
+    if outcome.error:
+        lines += [f"**{outcome.error}**", "", "The gate fails closed: the benchmarks were not judged.", ""]
+        rows = outcome.failures  # what was judged before the error (the tests)
+    else:
+        counts = collections.Counter(f.verdict for f in outcome.findings)
+        lines += [", ".join(f"{counts[v]} {v.value}" for v in Verdict) + " (cleared: re-measured as noise).", ""]
+        rows = worst_first(list(outcome.findings))
+    if not rows:
+        return "\n".join(lines)
+    lines += [
+        "| verdict | kernel | case | check | base | head | ratio | limit | why |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *(_row(f) for f in rows[:SHOWN_ROWS]),
+    ]
+    if len(rows) > SHOWN_ROWS:
+        lines += ["", f"… and {len(rows) - SHOWN_ROWS} more rows, less severe than those shown, in verdict.json."]
+    return "\n".join([*lines, ""])
+
+
+def _row(f: Finding) -> str:
+    ratio = "" if f.ratio is None else f"{f.ratio:.3f}"
+    kernel = f.benchmark.split(".", 1)[-1]  # the module name repeats the class's
+    cells = [f"**{f.verdict.value}**", kernel, f.case, f.check, human(f.base, f.unit), human(f.head, f.unit), ratio]
+    cells += [f.limit, f.reason]
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def write_json(outcome: Outcome, path: Path) -> None:
+    findings = [
+        {**_finite(dataclasses.asdict(f)), "verdict": f.verdict.value} for f in worst_first(list(outcome.findings))
+    ]
+    data = {
+        "passed": outcome.passed,
+        "exit_code": outcome.exit_code,
+        "error": outcome.error,
+        "machine": outcome.machine,
+        "gpu": outcome.gpu,
+        "base": outcome.base,
+        "head": outcome.head,
+        "findings": findings,
+    }
+    path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def _finite(row: dict) -> dict:
+    """JSON has no infinity: an unbounded badness or ratio becomes null."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+
+
+def plot_ratios(outcome: Outcome, path: Path) -> bool:
+    """Head/base ratio of every compared time_* case, sorted; False when there is none to plot."""
+    compared = [f for f in outcome.findings if f.check == "slowdown" and f.ratio is not None]
+    compared.sort(key=lambda f: f.ratio)
+    if not compared:
+        return False
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for verdict in Verdict:
+        index = [i for i, f in enumerate(compared) if f.verdict is verdict]
+        if index:
+            ax.scatter(index, [compared[i].ratio for i in index], s=12, color=COLORS[verdict], label=verdict.value)
+    ax.axhline(1.0, color="gray", linewidth=0.8)
+    ax.set(
+        xlabel="time_* cases, sorted by ratio",
+        ylabel="head / base (lower is faster)",
+        title=f"{outcome.machine}: {outcome.head[:8]} vs {outcome.base[:8]}",
+    )
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True

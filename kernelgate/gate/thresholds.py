@@ -1,0 +1,163 @@
+"""perf-thresholds.toml: which limits apply to which benchmark cases.
+
+    [defaults]
+    max_slowdown = 0.05   # every time_* case: head at most 5% slower than base
+
+    [[rule]]
+    why = "where the figure comes from"                 # required
+    benchmark = "bench_layer_norm.LayerNorm*.track_*"   # glob on asv's benchmark name
+    params = { direction = "fwd", shape = ["4096x*", "8192x8192"] }  # glob(s) per parameter; others match all
+    gpu_class = ["H100", "H200"]                        # optional: the machines it applies on (default: all)
+    # then at least one of:
+    min = 1.16                  # floor on head's value
+    max = 2.0                   # ceiling on head's value
+    max_slowdown = 0.10         # relative limit vs base for time_* cases (the last matching rule wins)
+    not_slower_than = { impl = ["region", "elem"] }  # in the same run, not slower than the case with
+                                                     # these parameters substituted (one at a time)
+    may_skip = true             # NaN (asv's mark of a skipped combination) is expected here
+    # and optionally:
+    informational = true        # report a breach, never fail on it
+
+A rule that matches no benchmark case is a configuration error.
+"""
+
+import dataclasses
+import fnmatch
+import itertools
+import tomllib
+from pathlib import Path
+
+from kernelgate.gate import GateError
+from kernelgate.gate.asv_results import Case
+
+_NUMBER = (int, float)
+_GLOBS = (str, list)
+_RULE_FIELDS = {
+    "why": str,
+    "benchmark": str,
+    "params": dict,
+    "gpu_class": _GLOBS,
+    "min": _NUMBER,
+    "max": _NUMBER,
+    "max_slowdown": _NUMBER,
+    "not_slower_than": dict,
+    "may_skip": bool,
+    "informational": bool,
+}
+_CHECKS = ("min", "max", "max_slowdown", "not_slower_than", "may_skip")
+_REQUIRED = ("why", "benchmark")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Rule:
+    number: int  # 1-based position in the file, for messages
+    why: str
+    benchmark: str
+    params: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    gpu_class: tuple[str, ...] = ("*",)
+    min: float | None = None
+    max: float | None = None
+    max_slowdown: float | None = None
+    not_slower_than: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    may_skip: bool = False
+    informational: bool = False
+
+    @property
+    def label(self) -> str:
+        params = ", ".join(f"{k}={'|'.join(v)}" for k, v in self.params.items())
+        return f"rule #{self.number} ({self.benchmark}{f' [{params}]' if params else ''})"
+
+    def matches(self, case: Case) -> bool:
+        if not fnmatch.fnmatchcase(case.benchmark, self.benchmark):
+            return False
+        for name, globs in self.params.items():
+            value = case.value(name)
+            if value is None or not any(fnmatch.fnmatchcase(value, g) for g in globs):
+                return False
+        return True
+
+    def applies_on(self, gpu_class: str) -> bool:
+        return any(fnmatch.fnmatchcase(gpu_class, g) for g in self.gpu_class)
+
+    def others(self, case: Case) -> list[Case]:
+        """The cases ``case`` must not be slower than: one substitution per combination of listed values."""
+        names, values = list(self.not_slower_than), self.not_slower_than.values()
+        return [case.replaced(dict(zip(names, combo, strict=True))) for combo in itertools.product(*values)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    max_slowdown: float
+    rules: tuple[Rule, ...]
+
+    def applicable(self, gpu_class: str) -> list[Rule]:
+        return [rule for rule in self.rules if rule.applies_on(gpu_class)]
+
+    def unmatched(self, cases: list[Case]) -> list[Rule]:
+        """The rules matching none of ``cases``, whatever the GPU class: configuration errors that guard nothing."""
+        return [rule for rule in self.rules if not any(rule.matches(case) for case in cases)]
+
+
+def load_thresholds(path: Path) -> Thresholds:
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise GateError(f"perf thresholds: cannot read {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise GateError(f"perf thresholds: {path} is not valid TOML: {exc}") from exc
+    unknown = set(data) - {"defaults", "rule"}
+    if unknown:
+        raise GateError(f"perf thresholds: unknown top-level keys {sorted(unknown)} in {path}")
+    defaults = data.get("defaults", {})
+    if set(defaults) != {"max_slowdown"} or not _is_number(defaults["max_slowdown"]):
+        raise GateError(f"perf thresholds: {path} needs [defaults] with exactly max_slowdown = <number>")
+    rules = tuple(_rule(number, entry) for number, entry in enumerate(data.get("rule", []), start=1))
+    return Thresholds(float(defaults["max_slowdown"]), rules)
+
+
+def _rule(number: int, entry: dict) -> Rule:
+    where = f"perf thresholds: rule #{number}"
+    if not isinstance(entry, dict):
+        raise GateError(f"{where} is not a table")
+    unknown = set(entry) - set(_RULE_FIELDS)
+    if unknown:
+        raise GateError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(_RULE_FIELDS)})")
+    missing = [key for key in _REQUIRED if key not in entry]
+    if missing:
+        raise GateError(f"{where}: missing {missing}")
+    for key, value in entry.items():
+        kind = _RULE_FIELDS[key]
+        if not isinstance(value, kind) or (kind is _NUMBER and isinstance(value, bool)):
+            raise GateError(f"{where}: {key} = {value!r} has the wrong type")
+    if not any(key in entry for key in _CHECKS):
+        raise GateError(f"{where}: declares no check (one of {list(_CHECKS)})")
+    if entry.get("max_slowdown", 0) < 0:
+        raise GateError(f"{where}: max_slowdown must be >= 0")
+    return Rule(
+        number=number,
+        why=entry["why"],
+        benchmark=entry["benchmark"],
+        params=_strings_by_name(entry.get("params", {}), where),
+        gpu_class=_strings(entry.get("gpu_class", "*"), f"{where}: gpu_class"),
+        min=entry.get("min"),
+        max=entry.get("max"),
+        max_slowdown=entry.get("max_slowdown"),
+        not_slower_than=_strings_by_name(entry.get("not_slower_than", {}), where),
+        may_skip=entry.get("may_skip", False),
+        informational=entry.get("informational", False),
+    )
+
+
+def _strings_by_name(table: dict, where: str) -> dict[str, tuple[str, ...]]:
+    return {name: _strings(value, f"{where}: {name}") for name, value in table.items()}
+
+
+def _strings(value, where: str) -> tuple[str, ...]:
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+        raise GateError(f"{where} must be a string or a non-empty list of strings")
+    return tuple(values)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, _NUMBER) and not isinstance(value, bool)

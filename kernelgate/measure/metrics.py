@@ -1,0 +1,178 @@
+"""The derived metrics of one benchmark case, measured in one process: every
+kernel variant beside its references, round after round (timing.interleaved_ms),
+so clock and thermal drift cancel in each ratio.
+
+asv runs every benchmark in a process of its own. A metrics class measures all its
+cases once, in its ``setup_cache`` (``measure_cases``), and asv hands the result to
+each track_* benchmark: one process with warm compile caches (on an H100, ~3 minutes for
+the LayerNorm cases rather than ~14 with a cold process per case).
+
+``python -m kernelgate.measure.metrics`` measures the LayerNorm cases in one process and
+prints the table ``nox -s bench`` would (no time_* column, no history): the
+same numbers without asv's history.
+"""
+
+import argparse
+import contextlib
+import functools
+import statistics
+from collections.abc import Callable
+
+from kernelgate.cases.attention import ATTENTION_BASELINE, AttentionCase
+from kernelgate.cases.layer_norm import (
+    BENCH_DIRECTIONS,
+    BENCH_DTYPES,
+    LAYER_NORM_BASELINE,
+    LAYER_NORM_REFERENCES,
+    LAYER_NORM_VARIANTS,
+    LayerNormCase,
+    bench_case,
+    shape_names,
+)
+from kernelgate.measure import timing
+from kernelgate.measure.workloads import (
+    attention_backward_workload,
+    batched,
+    layer_norm_workload,
+    rotations,
+    sized_for_device,
+    tensor_copy_workload,
+    warmed,
+)
+
+
+def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[str, float]]:
+    """Per variant: speedup over eager torch and torch.compile, GB/s, % of the copy
+    peak and % of a copy of one of the case's [M, N] tensors (the memory system's rate at
+    this size), and the host's cost per eager call.
+
+    Device times are do_bench medians (L2 flushed before every run) of a CUDA graph
+    of back-to-back calls on rotated inputs (``kernelgate.measure.workloads.batched``), per call,
+    references included: the kernels, not the launch path, which ``host_us`` measures
+    on its own. Under the interpreter only the speedup over torch, GB/s and host_us
+    are measured (smoke values).
+    """
+    gpu = timing.gpu_timing()
+    impls = LAYER_NORM_VARIANTS + (LAYER_NORM_REFERENCES if gpu else [LAYER_NORM_BASELINE])
+    nbytes = case.bytes_moved(direction)
+    rotate = rotations(nbytes)
+    eager = {impl: warmed(layer_norm_workload(case, impl, direction, rotate)) for impl in impls}
+    loops = dict(calls=50, repeats=5) if gpu else dict(calls=1, repeats=1)  # the interpreter takes ms a call
+    host_us = {impl: timing.enqueue_us(eager[impl], **loops)[0] for impl in LAYER_NORM_VARIANTS}
+    fns = {impl: batched(fn, rotate) for impl, fn in eager.items()}
+    copies = {}  # {metric: (copy, bytes it moves)}: the variant's bandwidth as % of the copy's
+    if gpu:
+        fns["copy"], fns["tensor_copy"] = timing.copy(), batched(tensor_copy_workload(case, rotate), rotate)
+        copies = dict(pct_peak=("copy", 2 * timing.COPY_BYTES), pct_tensor_copy=("tensor_copy", 2 * case.tensor_bytes))
+    t = timing.interleaved_ms(fns)
+    metrics = {}
+    for variant in LAYER_NORM_VARIANTS:
+        m = {
+            "speedup_vs_torch": timing.median_ratio(t[LAYER_NORM_BASELINE], t[variant]),
+            "gbps": timing.gbps(nbytes, statistics.median(t[variant])),
+            "host_us": host_us[variant],
+        }
+        if gpu:
+            m["speedup_vs_compile"] = timing.median_ratio(t["torch_compile"], t[variant])
+        for metric, (copy, copied) in copies.items():
+            m[metric] = timing.pct_of_reference(nbytes, copied, t[copy], t[variant])
+        metrics[variant] = m
+    return metrics
+
+
+def attention_metrics(case: AttentionCase, modes: list[str]) -> dict[str, dict[str, float]]:
+    """Per accumulation mode: TFLOP/s, % of the bf16 matmul peak and, where FA2 runs
+    (d_qk == d_v), the speedup over torch's varlen FA2 backward."""
+    fns = {mode: warmed(attention_backward_workload(case, mode)) for mode in modes}
+    with contextlib.suppress(NotImplementedError):
+        fns[ATTENTION_BASELINE] = warmed(attention_backward_workload(case, ATTENTION_BASELINE))
+    fns["matmul"], matmul_flops = timing.matmul()
+    t = timing.interleaved_ms(fns)
+    flops = case.flops_backward()
+    metrics = {}
+    for mode in modes:
+        m = {
+            "tflops": timing.tflops(flops, statistics.median(t[mode])),
+            "pct_matmul_peak": timing.pct_of_reference(flops, matmul_flops, t["matmul"], t[mode]),
+        }
+        if ATTENTION_BASELINE in t:
+            m["speedup_vs_fa2"] = timing.median_ratio(t[ATTENTION_BASELINE], t[mode])
+        metrics[mode] = m
+    return metrics
+
+
+def layer_norm_measures(shapes, dtypes, directions) -> dict[str, Callable[[], dict]]:
+    """What measures each LayerNorm case, by ``case_key``."""
+    return {
+        case_key(shape, dtype, direction): functools.partial(
+            layer_norm_metrics, sized_for_device(bench_case(shape, dtype)), direction
+        )
+        for shape in shapes
+        for dtype in dtypes
+        for direction in directions
+    }
+
+
+def case_key(*params: str) -> str:
+    return "-".join(params)
+
+
+def measure_cases(measures: dict[str, Callable[[], dict]]) -> dict[str, dict | str]:
+    """Each case's metrics, measured in turn. A case whose measurement raises keeps its error
+    (a string) and the others are still measured: ``case_metrics`` then fails that case's
+    benchmarks only."""
+    results = {}
+    for key, measure in measures.items():
+        try:
+            results[key] = measure()
+        except Exception as err:  # recorded; case_metrics raises it for this case's benchmarks
+            results[key] = f"{type(err).__name__}: {err}"
+        print(f"measured {key}", flush=True)
+    return results
+
+
+def case_metrics(results: dict[str, dict | str], key: str) -> dict:
+    """One case's metrics from ``measure_cases``; raises what its measurement raised."""
+    if key not in results:
+        raise KeyError(f"{key} was not measured")
+    if isinstance(results[key], str):
+        raise RuntimeError(f"measuring {key} failed: {results[key]}")
+    return results[key]
+
+
+def main(argv=None) -> None:
+    from kernelgate.report.bench import markdown_table
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="+", default=shape_names())
+    parser.add_argument("--dtypes", nargs="+", default=BENCH_DTYPES)
+    parser.add_argument("--directions", nargs="+", default=BENCH_DIRECTIONS)
+    args = parser.parse_args(argv)
+    if not timing.gpu_timing():
+        raise SystemExit(
+            "kernelgate.measure.metrics measures on a GPU; none is visible (the asv smoke run covers the CPU)"
+        )
+    import torch
+
+    print(f"{torch.cuda.get_device_name(0)}: copy peak {timing.copy_peak_gbps():.0f} GB/s\n", flush=True)
+    results = measure_cases(layer_norm_measures(args.shapes, args.dtypes, args.directions))
+    rows, failed = [], []
+    for shape in args.shapes:
+        for dtype in args.dtypes:
+            for direction in args.directions:
+                key = case_key(shape, dtype, direction)
+                if isinstance(results[key], str):
+                    failed.append(f"{key}: {results[key]}")
+                    continue
+                for variant, m in results[key].items():
+                    rows.append({"kernel": f"layer_norm/{variant}", "case": f"{shape} {dtype} {direction}",
+                                 "speedup_torch": m["speedup_vs_torch"], "speedup_compile": m["speedup_vs_compile"],
+                                 "gbps": m["gbps"], "pct_peak": m["pct_peak"],
+                                 "pct_tensor_copy": m["pct_tensor_copy"], "host_us": m["host_us"]})  # fmt: skip
+    print(markdown_table(rows))
+    if failed:
+        raise SystemExit("measuring failed:\n" + "\n".join(failed))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""GPU timing shared by the asv suite, pytest-benchmark, the tuner and the gate.
+
+* Kernel times are medians of CUDA-event timings by ``triton.testing.do_bench``
+  after warm-up, with L2 flushed before every run. Callers that must not time
+  the host's launch path replay the call from a CUDA graph, a batch of calls
+  on rotated inputs (``kernelgate.measure.workloads.batched``); ``enqueue_us`` times that path itself.
+* Ratios (kernel vs baseline, kernel vs copy) are measured interleaved in
+  one process: round after round alternates the two, so clock and thermal
+  drift hit both alike; the ratio reported is the median of per-round ratios.
+* Peaks are measured on the device, not read off a datasheet: a large
+  device-to-device copy (bytes read + written) and a large bf16 matmul.
+
+Without a GPU (Triton's interpreter) the same functions time with the wall
+clock, and ``gpu_timing()`` says so: such numbers are for smoke runs only.
+"""
+
+import functools
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+WARMUP_MS = 10
+REP_MS = 50
+ROUNDS = 3
+COPY_BYTES = 1 << 30  # 1 GiB each way: far past any L2
+
+
+def gpu_timing() -> bool:
+    return torch.cuda.is_available()
+
+
+def sync() -> None:
+    if gpu_timing():
+        torch.cuda.synchronize()
+
+
+def median_ms(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: float = REP_MS) -> float:
+    """Median time of one call in milliseconds (device events; L2 flushed per run). A callable
+    that makes several calls per run says how many in ``fn.calls`` (kernelgate.measure.workloads.in_cuda_graphs)."""
+    if gpu_timing():
+        import triton.testing
+
+        return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median") / getattr(fn, "calls", 1)
+    fn()  # interpreter smoke: one warm-up, then a few wall-clock runs
+    runs = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        runs.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(runs)
+
+
+def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int = ROUNDS) -> dict[str, list[float]]:
+    """Per-round median times of several callables, measured alternately."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(median_ms(fn))
+    return times
+
+
+def median_ratio(numerator_ms: list[float], denominator_ms: list[float]) -> float:
+    """Median of per-round ratios of two interleaved series (drift cancels within a round)."""
+    return statistics.median(a / b for a, b in zip(numerator_ms, denominator_ms, strict=True))
+
+
+def pct_of_reference(work: float, reference_work: float, reference_ms: list[float], ms: list[float]) -> float:
+    """A series' rate (``work`` per call) as % of an interleaved reference's (``reference_work`` per
+    call): e.g. a kernel's bytes against the copy peak's, its FLOPs against a matmul's."""
+    return 100 * work / reference_work * median_ratio(reference_ms, ms)
+
+
+def ratio(numerator: Callable[[], object], denominator: Callable[[], object], rounds: int = ROUNDS) -> float:
+    """Median over interleaved rounds of time(numerator) / time(denominator).
+
+    ``ratio(baseline, kernel)`` is the kernel's speedup over the baseline.
+    """
+    t = interleaved_ms({"num": numerator, "den": denominator}, rounds)
+    return median_ratio(t["num"], t["den"])
+
+
+@functools.cache
+def _copy_buffers() -> tuple[torch.Tensor, torch.Tensor]:
+    src = torch.randn(COPY_BYTES // 4, device="cuda")
+    return src, torch.empty_like(src)
+
+
+def copy() -> Callable[[], object]:
+    """A device-to-device copy of ``COPY_BYTES`` (a reused 1 GiB buffer pair): the copy peak's workload."""
+    src, dst = _copy_buffers()
+    return lambda: dst.copy_(src)
+
+
+@functools.cache
+def copy_peak_gbps() -> float:
+    """Device copy bandwidth in GB/s, counting bytes read plus bytes written."""
+    return 2 * COPY_BYTES / median_ms(copy()) / 1e6
+
+
+def matmul(n: int = 8192) -> tuple[Callable[[], object], float]:
+    """A bf16 n^3 matmul on random data (zeros run faster and would flatter it), and its FLOPs."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    return (lambda: a @ b), 2 * n**3
+
+
+@functools.cache
+def matmul_peak_tflops() -> float:
+    fn, flops = matmul()
+    return tflops(flops, median_ms(fn))
+
+
+def gbps(nbytes: int, ms: float) -> float:
+    return nbytes / ms / 1e6
+
+
+def tflops(flops: float, ms: float) -> float:
+    return flops / ms / 1e9
+
+
+def enqueue_us(fn: Callable[[], object], calls: int = 100, repeats: int = 20) -> tuple[float, float]:
+    """Per call, in us, medians over ``repeats`` loops of ``calls`` back-to-back calls:
+    (host time to enqueue them, time until the device has finished them).
+
+    The first is what an eager caller pays on the CPU (Python, checks, launches);
+    the second is launch throughput, max(host, device) when the two overlap. Keep
+    ``calls`` small enough that the launch queue never fills and blocks the host.
+    """
+    host, wall = [], []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        enqueued = time.perf_counter()
+        sync()
+        done = time.perf_counter()
+        host.append((enqueued - start) / calls * 1e6)
+        wall.append((done - start) / calls * 1e6)
+    return statistics.median(host), statistics.median(wall)
+
+
+def device_clock() -> float:
+    """A wall clock read only once the device has finished the queued work
+    (pytest-benchmark's timer: a round then spans its kernels, not their launches)."""
+    sync()
+    return time.perf_counter()
+
+
+@functools.cache
+def calls_per_sample() -> int:
+    """Back-to-back calls in one asv time_* sample: 50 on a GPU, 1 in interpreter
+    smoke runs (where a call takes milliseconds)."""
+    return 50 if gpu_timing() else 1
+
+
+def back_to_back(fn: Callable[[], object]) -> Callable[[], None]:
+    """``calls_per_sample()`` calls of ``fn`` in a row: one asv time_* sample (see ``sample_clock``)."""
+    calls = calls_per_sample()
+
+    def run():
+        for _ in range(calls):
+            fn()
+
+    return run
+
+
+def sample_clock() -> float:
+    """asv's timer for time_* benchmarks whose body is ``back_to_back(fn)``: the device
+    clock counted in units of ``calls_per_sample()`` calls, so asv records time per call.
+
+    asv times one invocation per sample whenever a benchmark has a setup
+    (asv_runner, asv#966). A single call from an idle device measures the
+    launch latency and the host's jitter with the kernel: 50 us instead of
+    37 us, and 10% apart between processes, for a LayerNorm on an H200.
+    Back-to-back calls keep the device busy, so a sample times the device.
+    """
+    return device_clock() / calls_per_sample()

@@ -1,0 +1,77 @@
+"""Fill the on-disk JIT caches (Triton, Inductor, TileLang) for every benchmark
+workload, in parallel processes, before asv runs.
+
+asv runs each benchmark in a fresh process; with warm caches those processes
+load compiled code instead of compiling it (torch.compile of 42 LayerNorm
+graphs alone takes many minutes serially). Nothing is timed here, and a
+benchmark's own setup still calls its workload once before sampling.
+
+``python -m kernelgate.measure.warm [--jobs N]`` (``nox -s bench`` runs it on a GPU).
+"""
+
+import argparse
+import os
+import time
+
+import torch
+
+from kernelgate.cases.attention import BENCH_CONFIGS
+from kernelgate.cases.layer_norm import BENCH_DIRECTIONS, BENCH_DTYPES, LAYER_NORM_VARIANTS, bench_case, shape_names
+from kernelgate.measure.parallel import default_jobs, in_worker_processes
+
+# Eager torch, FA2 and cuDNN have nothing to compile.
+LAYER_NORM_COMPILED = [*LAYER_NORM_VARIANTS, "torch_compile"]
+
+
+def items() -> list[tuple]:
+    layer_norm = [
+        ("layer_norm", shape, dtype, direction, impl)
+        for shape in shape_names()
+        for dtype in BENCH_DTYPES
+        for direction in BENCH_DIRECTIONS
+        for impl in LAYER_NORM_COMPILED
+    ]
+    from kernelgate.kernels.attention import ACCUM_MODES
+
+    attention = [("attention", config, mode) for config in BENCH_CONFIGS for mode in ACCUM_MODES]
+    # torch.compile items are the slowest: start them first.
+    return sorted(layer_norm, key=lambda item: item[-1] != "torch_compile") + attention
+
+
+def warm(item: tuple) -> float:
+    from kernelgate.measure.workloads import attention_backward_workload, layer_norm_workload, warmed
+
+    start = time.perf_counter()
+    if item[0] == "layer_norm":
+        _, shape, dtype, direction, impl = item
+        warmed(layer_norm_workload(bench_case(shape, dtype), impl, direction))
+    else:
+        _, config, mode = item
+        warmed(attention_backward_workload(BENCH_CONFIGS[config], mode))
+    torch.cuda.empty_cache()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=default_jobs(12))
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("kernelgate.measure.warm compiles GPU kernels; no GPU is visible (smoke runs need no warm-up)")
+    # One Inductor compile thread per worker: the workers are the parallelism.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    todo = items()
+    start = time.perf_counter()
+    print(f"warming {len(todo)} workloads on {args.jobs} processes", flush=True)
+    failed = []
+    for done, (item, seconds, err) in enumerate(in_worker_processes(warm, todo, args.jobs), 1):
+        label = " ".join(item)
+        if err is not None:  # the benchmark will fail on it too, and asv records that
+            failed.append(label)
+        outcome = f"FAILED: {err!r}" if err is not None else f"{seconds:.1f} s"
+        print(f"[{done}/{len(todo)}] {label}: {outcome}", flush=True)
+    print(f"warm-up done in {time.perf_counter() - start:.0f} s; {len(failed)} failed: {failed}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Per-checkout environments on top of one provisioned runner environment.
+
+The runner's Python holds every pinned package (requirements/runner.txt). Each checkout the PR
+check measures (base, head) gets a light virtualenv of its own that sees those packages and has
+only that checkout installed, editable, into it: nothing is downloaded, nothing is installed into
+the runner's environment, and two checkouts never share an installed ``kernelgate``.
+
+Standard library only: the noxfile and the PR check import it before anything is installed.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+MARKER = "kernelgate-overlay.json"
+
+_PROBE = """
+import json, sys
+print(json.dumps({
+    "base": sys._base_executable,
+    "version": "%d.%d" % sys.version_info[:2],
+    "site": [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))],
+}))
+"""
+
+
+def describe(python: str) -> dict:
+    """The runner interpreter's base executable, version and site-packages folders."""
+    out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def overlay_python(dest: Path) -> Path:
+    return dest / "bin" / "python"
+
+
+def overlay(python: str, tree: Path, dest: Path) -> Path:
+    """A virtualenv at ``dest`` that sees ``python``'s packages and has ``tree`` installed
+    editable; returns its interpreter. Reused when it already serves the same tree and runner."""
+    runner = describe(python)
+    wanted = {"runner": python, "tree": str(tree.resolve()), **runner}
+    marker = dest / MARKER
+    if marker.is_file() and json.loads(marker.read_text()) == wanted:
+        return overlay_python(dest)
+    subprocess.run([runner["base"], "-m", "venv", "--clear", "--without-pip", str(dest)], check=True)
+    site = dest / "lib" / f"python{runner['version']}" / "site-packages"
+    # A .pth line is appended to sys.path: the overlay's own packages (the checkout) come first.
+    (site / "_kernelgate_runner.pth").write_text("".join(f"{p}\n" for p in runner["site"]))
+    install = ["-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", str(tree)]
+    subprocess.run([str(overlay_python(dest)), *install], check=True)
+    marker.write_text(json.dumps(wanted, indent=1))
+    return overlay_python(dest)
+
+
+if __name__ == "__main__":
+    print(overlay(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))

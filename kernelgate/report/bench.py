@@ -1,0 +1,191 @@
+"""The summary of one asv run that ``nox -s bench`` prints: kernel, case,
+time, speedup over torch (and torch.compile; FA2 for attention), GB/s or
+TFLOP/s and % of the device's measured peak (copy bandwidth for LayerNorm,
+bf16 matmul for attention), the host cost of an eager LayerNorm call, plus a
+PNG chart of speedup and % of peak per case.
+
+``python -m kernelgate.report.bench --machine M --commit C`` reads ``.asv/results``.
+"""
+
+import argparse
+import ast
+import itertools
+import math
+from pathlib import Path
+
+from kernelgate.cases.layer_norm import LAYER_NORM_VARIANTS
+
+LN = "bench_layer_norm.LayerNorm"
+LN_METRICS = "bench_layer_norm.LayerNormMetrics"
+DEVICE = "bench_device.Device"
+ATT = "bench_attention.AttentionBackward.time_backward"
+ATT_METRICS = "bench_attention.AttentionBackwardMetrics"
+
+
+def load_values(results_dir: Path, machine: str, commit: str) -> tuple[dict, dict]:
+    """({benchmark: {param tuple: value}}, machine params) for one commit.
+
+    Failed benchmarks are None, skipped ones NaN, as asv stores them.
+    """
+    # Imported here: kernelgate.measure.metrics prints its table with this module on GPU images without asv.
+    from asv.results import iter_results_for_machine_and_hash
+
+    values: dict[str, dict[tuple, float | None]] = {}
+    params: dict = {}
+    for result in iter_results_for_machine_and_hash(str(results_dir), machine, commit):
+        params = result.params
+        for key in result.get_all_result_keys():
+            names = result.get_result_params(key)
+            combos = [tuple(ast.literal_eval(p) for p in combo) for combo in itertools.product(*names)] or [()]
+            values[key] = dict(zip(combos, result.get_result_value(key, names), strict=True))
+    return values, params
+
+
+def _value(values, name, key):
+    v = values.get(name, {}).get(key)
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def layer_norm_rows(values: dict) -> list[dict]:
+    rows = []
+    keys = {k for k in values.get(f"{LN}.time_layer_norm", {}) if k[3] in LAYER_NORM_VARIANTS}
+    for name in (f"{LN_METRICS}.track_gbps", f"{LN_METRICS}.track_speedup_vs_torch"):
+        keys |= set(values.get(name, {}))
+    for key in keys:
+        shape, dtype, direction, variant = key
+        time_s = _value(values, f"{LN}.time_layer_norm", key)
+        rows.append(
+            {
+                "kernel": f"layer_norm/{variant}",
+                "case": f"{shape} {dtype} {direction}",
+                "time_us": time_s * 1e6 if time_s is not None else None,
+                "speedup_torch": _value(values, f"{LN_METRICS}.track_speedup_vs_torch", key),
+                "speedup_compile": _value(values, f"{LN_METRICS}.track_speedup_vs_compile", key),
+                "gbps": _value(values, f"{LN_METRICS}.track_gbps", key),
+                "pct_peak": _value(values, f"{LN_METRICS}.track_pct_peak", key),
+                "pct_tensor_copy": _value(values, f"{LN_METRICS}.track_pct_tensor_copy", key),
+                "host_us": _value(values, f"{LN_METRICS}.track_host_us", key),
+            }
+        )
+    order = {v: i for i, v in enumerate(LAYER_NORM_VARIANTS)}
+    return sorted(rows, key=lambda r: (r["case"], order.get(r["kernel"].split("/")[1], 99)))
+
+
+def attention_rows(values: dict) -> list[dict]:
+    """One row per (config, accumulation mode): backward time, TFLOP/s, % of the bf16 matmul peak."""
+    rows = []
+    keys = {k for k in values.get(ATT, {}) if k[1] not in ("fa2_varlen", "cudnn_sdpa")}
+    for config, accum in sorted(keys | set(values.get(f"{ATT_METRICS}.track_tflops", {}))):
+        time_s = _value(values, ATT, (config, accum))
+        rows.append(
+            {
+                "kernel": f"attention_bwd/{accum}",
+                "case": config,
+                "time_us": time_s * 1e6 if time_s is not None else None,
+                "speedup_fa2": _value(values, f"{ATT_METRICS}.track_speedup_vs_fa2", (config, accum)),
+                "tflops": _value(values, f"{ATT_METRICS}.track_tflops", (config, accum)),
+                "pct_peak": _value(values, f"{ATT_METRICS}.track_pct_matmul_peak", (config, accum)),
+            }
+        )
+    return rows
+
+
+COLUMNS = [
+    ("kernel", "kernel", "{}"),
+    ("case", "case", "{}"),
+    ("time_us", "time (us)", "{:.1f}"),
+    ("speedup_torch", "vs torch", "{:.2f}x"),
+    ("speedup_compile", "vs compile", "{:.2f}x"),
+    ("speedup_fa2", "vs FA2", "{:.2f}x"),
+    ("gbps", "GB/s", "{:.0f}"),
+    ("tflops", "TFLOP/s", "{:.0f}"),
+    ("pct_peak", "% peak", "{:.1f}"),
+    ("pct_tensor_copy", "% tensor copy", "{:.1f}"),
+    ("host_us", "host (us)", "{:.1f}"),
+]
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The COLUMNS that some row has a value for (a LayerNorm-only table has no TFLOP/s)."""
+    columns = [c for c in COLUMNS if any(r.get(c[0]) is not None for r in rows)]
+
+    def cell(row, key, fmt):
+        return "n/a" if row.get(key) is None else fmt.format(row[key])
+
+    lines = ["| " + " | ".join(title for _, title, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r, k, f) for k, _, f in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _baseline_speedup(row: dict) -> float:
+    return row.get("speedup_torch") or row.get("speedup_fa2") or 0
+
+
+def chart(rows: list[dict], title: str, path: Path) -> None:
+    """Speedup over the baseline and % of the measured peak per case: horizontal bars,
+    one per kernel of the case's family (LayerNorm variants, attention modes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = sorted({r["case"] for r in rows}, reverse=True)  # top to bottom in reading order
+    kernels = sorted({r["kernel"] for r in rows})
+    slots = max(len({r["kernel"] for r in rows if r["case"] == c}) for c in cases)
+    height = 0.8 / slots
+    fig, axes = plt.subplots(1, 2, figsize=(14, max(6, 0.16 * slots * len(cases))), sharey=True)
+    colors = dict(zip(kernels, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3, strict=False))
+    for y, case in enumerate(cases):
+        for i, row in enumerate(r for r in rows if r["case"] == case):
+            kw = dict(height=height, color=colors[row["kernel"]], label=row["kernel"])
+            axes[0].barh(y + i * height, _baseline_speedup(row), **kw)
+            axes[1].barh(y + i * height, row.get("pct_peak") or 0, **kw)
+    axes[0].axvline(1.0, color="k", lw=0.8)
+    axes[0].set_xlabel("speedup over baseline (x): eager torch; FA2 for attention")
+    axes[1].set_xlabel("% of measured peak: copy bandwidth; bf16 matmul for attention")
+    axes[0].set_yticks([y + 0.4 - height / 2 for y in range(len(cases))], cases, fontsize=7)
+    by_label = dict(zip(*reversed(axes[1].get_legend_handles_labels()), strict=True))  # one entry per kernel
+    axes[1].legend(by_label.values(), by_label.keys(), fontsize=8, loc="lower right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summarize(results_dir: Path, machine: str, commit: str, out_dir: Path) -> tuple[str, Path]:
+    values, params = load_values(results_dir, machine, commit)
+    if not values:
+        raise SystemExit(f"no asv results for machine {machine!r} at commit {commit[:8]} in {results_dir}")
+    measured = ("time_us", "speedup_torch", "speedup_fa2", "gbps", "tflops", "pct_peak")
+    rows = [r for r in layer_norm_rows(values) + attention_rows(values) if any(r.get(k) is not None for k in measured)]
+    copy_peak = _value(values, f"{DEVICE}.track_copy_peak", ())
+    matmul_peak = _value(values, f"{DEVICE}.track_bf16_matmul_peak", ())
+    header = [
+        f"GPU: {params.get('gpu', '?')} (driver {params.get('gpu_driver', '?')}, CUDA {params.get('cuda', '?')}), "
+        f"torch {params.get('torch', '?')}, triton {params.get('triton', '?')}, commit {commit[:8]}",
+        f"copy peak: {copy_peak:.0f} GB/s" if copy_peak else "copy peak: not in this run (smoke, or not selected)",
+        f"bf16 matmul peak: {matmul_peak:.0f} TFLOP/s" if matmul_peak else "",
+    ]
+    text = "\n".join(filter(None, header)) + "\n\n" + markdown_table(rows)
+    stem = out_dir / f"bench-{machine}-{commit[:8]}"
+    stem.with_suffix(".md").parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".md").write_text(text + "\n")
+    chart(rows, f"{params.get('gpu', machine)} @ {commit[:8]}", stem.with_suffix(".png"))
+    return text, stem.with_suffix(".png")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--machine", required=True)
+    parser.add_argument("--commit", required=True)
+    parser.add_argument("--results", type=Path, default=Path(".asv/results"))
+    parser.add_argument("--out", type=Path, default=Path(".asv/report"))
+    args = parser.parse_args()
+    text, png = summarize(args.results, args.machine, args.commit, args.out)
+    print(text)
+    print(f"\nchart: {png}")
+
+
+if __name__ == "__main__":
+    main()

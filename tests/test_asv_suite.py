@@ -1,0 +1,24 @@
+"""The asv suite imports and declares well-formed benchmarks (``asv check``). Running it is the
+main job's business: ``nox -s bench`` smokes the whole suite in Triton's interpreter without a GPU."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelgate.kernels.device import interpreter_mode
+
+ROOT = Path(__file__).parents[1]
+
+pytestmark = pytest.mark.skipif(interpreter_mode(), reason="asv discovers the suite in its own processes")
+
+
+def test_asv_check_discovers_the_suite():
+    env = {**os.environ, "ASV_PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "asv", "check", "-E", f"existing:{sys.executable}"],
+        cwd=ROOT, capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "No problems found" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-4000:]
