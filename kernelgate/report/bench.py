@@ -4,6 +4,9 @@ TFLOP/s and % of the device's measured peak (copy bandwidth for LayerNorm,
 bf16 matmul for attention), the host cost of an eager LayerNorm call, plus a
 PNG chart of speedup and % of peak per case.
 
+A smoke run (no GPU: Triton's interpreter at tiny sizes) says so, labels each case with the
+size it really ran, and shows only what it measured: the interpreter's time per call.
+
 ``python -m kernelgate.report.bench --machine M --commit C`` reads ``.asv/results``.
 """
 
@@ -13,7 +16,7 @@ import itertools
 import math
 from pathlib import Path
 
-from kernelgate.cases.layer_norm import LAYER_NORM_VARIANTS
+from kernelgate.cases.layer_norm import LAYER_NORM_VARIANTS, bench_case
 
 LN = "bench_layer_norm.LayerNorm"
 LN_METRICS = "bench_layer_norm.LayerNormMetrics"
@@ -121,9 +124,28 @@ def _baseline_speedup(row: dict) -> float:
     return row.get("speedup_torch") or row.get("speedup_fa2") or 0
 
 
-def chart(rows: list[dict], title: str, path: Path) -> None:
-    """Speedup over the baseline and % of the measured peak per case: horizontal bars,
-    one per kernel of the case's family (LayerNorm variants, attention modes)."""
+# What the chart plots per case: (value of a row, axis label, reference line or None).
+GPU_PANELS = [
+    (_baseline_speedup, "speedup over baseline (x): eager torch; FA2 for attention", 1.0),
+    (lambda row: row.get("pct_peak") or 0, "% of measured peak: copy bandwidth; bf16 matmul for attention", None),
+]
+SMOKE_PANELS = [(lambda row: row.get("time_us", 0) / 1e3, "Triton interpreter time per call (ms), CPU", None)]
+
+
+def smoke_rows(rows: list[dict]) -> list[dict]:
+    """A smoke run's LayerNorm rows: labelled with the size that ran, its interpreter time only."""
+    smoke = []
+    for row in rows:
+        shape, dtype, direction = row["case"].split()
+        ran = bench_case(shape, dtype).smoke()
+        case = f"{ran.m}x{ran.n} {dtype} {direction} (for {shape})"
+        smoke.append({"kernel": row["kernel"], "case": case, "time_us": row["time_us"]})
+    return [r for r in smoke if r["time_us"] is not None]
+
+
+def chart(rows: list[dict], title: str, path: Path, panels=GPU_PANELS) -> None:
+    """One panel per entry of ``panels``, horizontal bars per case, one per kernel of the case's
+    family (LayerNorm variants, attention modes)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -133,19 +155,24 @@ def chart(rows: list[dict], title: str, path: Path) -> None:
     kernels = sorted({r["kernel"] for r in rows})
     slots = max(len({r["kernel"] for r in rows if r["case"] == c}) for c in cases)
     height = 0.8 / slots
-    fig, axes = plt.subplots(1, 2, figsize=(14, max(6, 0.16 * slots * len(cases))), sharey=True)
+    width = 7 * len(panels)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(width, max(6, 0.16 * slots * len(cases))), sharey=True, squeeze=False
+    )
+    axes = axes[0]
     colors = dict(zip(kernels, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3, strict=False))
     for y, case in enumerate(cases):
         for i, row in enumerate(r for r in rows if r["case"] == case):
             kw = dict(height=height, color=colors[row["kernel"]], label=row["kernel"])
-            axes[0].barh(y + i * height, _baseline_speedup(row), **kw)
-            axes[1].barh(y + i * height, row.get("pct_peak") or 0, **kw)
-    axes[0].axvline(1.0, color="k", lw=0.8)
-    axes[0].set_xlabel("speedup over baseline (x): eager torch; FA2 for attention")
-    axes[1].set_xlabel("% of measured peak: copy bandwidth; bf16 matmul for attention")
+            for ax, (value, _, _) in zip(axes, panels, strict=True):
+                ax.barh(y + i * height, value(row), **kw)
+    for ax, (_, label, line) in zip(axes, panels, strict=True):
+        ax.set_xlabel(label)
+        if line is not None:
+            ax.axvline(line, color="k", lw=0.8)
     axes[0].set_yticks([y + 0.4 - height / 2 for y in range(len(cases))], cases, fontsize=7)
-    by_label = dict(zip(*reversed(axes[1].get_legend_handles_labels()), strict=True))  # one entry per kernel
-    axes[1].legend(by_label.values(), by_label.keys(), fontsize=8, loc="lower right")
+    by_label = dict(zip(*reversed(axes[-1].get_legend_handles_labels()), strict=True))  # one entry per kernel
+    axes[-1].legend(by_label.values(), by_label.keys(), fontsize=8, loc="lower right")
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,19 +186,32 @@ def summarize(results_dir: Path, machine: str, commit: str, out_dir: Path) -> tu
         raise SystemExit(f"no asv results for machine {machine!r} at commit {commit[:8]} in {results_dir}")
     measured = ("time_us", "speedup_torch", "speedup_fa2", "gbps", "tflops", "pct_peak")
     rows = [r for r in layer_norm_rows(values) + attention_rows(values) if any(r.get(k) is not None for k in measured)]
-    copy_peak = _value(values, f"{DEVICE}.track_copy_peak", ())
-    matmul_peak = _value(values, f"{DEVICE}.track_bf16_matmul_peak", ())
-    header = [
-        f"GPU: {params.get('gpu', '?')} (driver {params.get('gpu_driver', '?')}, CUDA {params.get('cuda', '?')}), "
-        f"torch {params.get('torch', '?')}, triton {params.get('triton', '?')}, commit {commit[:8]}",
-        f"copy peak: {copy_peak:.0f} GB/s" if copy_peak else "copy peak: not in this run (smoke, or not selected)",
-        f"bf16 matmul peak: {matmul_peak:.0f} TFLOP/s" if matmul_peak else "",
-    ]
+    versions = f"torch {params.get('torch', '?')}, triton {params.get('triton', '?')}, commit {commit[:8]}"
+    if params.get("gpu_class") == "interpreter":
+        rows = smoke_rows([r for r in rows if r["kernel"].startswith("layer_norm/")])
+        header = [
+            f"SMOKE RUN, no GPU: Triton's interpreter on the CPU, {versions}.",
+            "Each case ran at the tiny size shown (the GPU case it stands for in brackets); the times are",
+            "interpreter times, which say the suite runs, not how fast a kernel is. Attention needs a GPU.",
+        ]
+        title, panels = f"smoke run (Triton interpreter, CPU) @ {commit[:8]}: not GPU performance", SMOKE_PANELS
+    else:
+        copy_peak = _value(values, f"{DEVICE}.track_copy_peak", ())
+        matmul_peak = _value(values, f"{DEVICE}.track_bf16_matmul_peak", ())
+        header = [
+            f"GPU: {params.get('gpu', '?')} (driver {params.get('gpu_driver', '?')}, CUDA {params.get('cuda', '?')}), "
+            + versions,
+            f"copy peak: {copy_peak:.0f} GB/s" if copy_peak else "copy peak: not in this run (not selected)",
+            f"bf16 matmul peak: {matmul_peak:.0f} TFLOP/s" if matmul_peak else "",
+        ]
+        title, panels = f"{params.get('gpu', machine)} @ {commit[:8]}", GPU_PANELS
+    if not rows:
+        raise SystemExit(f"no benchmark of commit {commit[:8]} on {machine!r} has a value: every one failed")
     text = "\n".join(filter(None, header)) + "\n\n" + markdown_table(rows)
     stem = out_dir / f"bench-{machine}-{commit[:8]}"
     stem.with_suffix(".md").parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".md").write_text(text + "\n")
-    chart(rows, f"{params.get('gpu', machine)} @ {commit[:8]}", stem.with_suffix(".png"))
+    chart(rows, title, stem.with_suffix(".png"), panels)
     return text, stem.with_suffix(".png")
 
 
