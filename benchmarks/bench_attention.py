@@ -15,7 +15,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 from kernelgate.cases.attention import ATTENTION_REFERENCES, BENCH_CONFIGS
 from kernelgate.kernels.attention import ACCUM_MODES
 from kernelgate.measure import timing
-from kernelgate.measure.metrics import attention_metrics, case_metrics, measure_cases
+from kernelgate.measure.metrics import attention_metrics, case_metrics, measure_cases, selected_params
 from kernelgate.measure.workloads import attention_backward_workload, warmed
 
 
@@ -52,8 +52,9 @@ class AttentionBackwardMetrics:
         if not timing.gpu_timing():
             return {}  # setup skips every benchmark
         modes = list(ACCUM_MODES)
+        configs = sorted({config for config, _ in selected_params(self.params)})
         return measure_cases(
-            {config: functools.partial(attention_metrics, case, modes) for config, case in BENCH_CONFIGS.items()}
+            {config: functools.partial(attention_metrics, BENCH_CONFIGS[config], modes) for config in configs}
         )
 
     setup_cache.timeout = 1800  # TileLang compiles each kernel on first use

@@ -23,7 +23,7 @@ from kernelgate.cases.layer_norm import (
     shape_names,
 )
 from kernelgate.measure import timing
-from kernelgate.measure.metrics import case_key, case_metrics, layer_norm_measures, measure_cases
+from kernelgate.measure.metrics import case_key, case_metrics, layer_norm_measures, measure_cases, selected_params
 from kernelgate.measure.workloads import sized_for_device, timed_layer_norm
 
 
@@ -52,7 +52,8 @@ class LayerNormMetrics:
 
     def setup_cache(self):
         """Every case measured once, in this one process; asv hands the result to each benchmark."""
-        return measure_cases(layer_norm_measures(shape_names(), BENCH_DTYPES, BENCH_DIRECTIONS))
+        cases = sorted({combo[:3] for combo in selected_params(self.params)})  # (shape, dtype, direction)
+        return measure_cases(layer_norm_measures(cases))
 
     setup_cache.timeout = 1800  # ~3 minutes on an H100; a cold torch.compile cache takes longer
 

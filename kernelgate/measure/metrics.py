@@ -15,8 +15,11 @@ same numbers without asv's history.
 import argparse
 import contextlib
 import functools
+import itertools
+import json
+import os
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from kernelgate.cases.attention import ATTENTION_BASELINE, AttentionCase
 from kernelgate.cases.layer_norm import (
@@ -101,16 +104,27 @@ def attention_metrics(case: AttentionCase, modes: list[str]) -> dict[str, dict[s
     return metrics
 
 
-def layer_norm_measures(shapes, dtypes, directions) -> dict[str, Callable[[], dict]]:
-    """What measures each LayerNorm case, by ``case_key``."""
+def layer_norm_measures(cases: Iterable[tuple[str, str, str]]) -> dict[str, Callable[[], dict]]:
+    """What measures each LayerNorm case (shape, dtype, direction), by ``case_key``."""
     return {
         case_key(shape, dtype, direction): functools.partial(
             layer_norm_metrics, sized_for_device(bench_case(shape, dtype)), direction
         )
-        for shape in shapes
-        for dtype in dtypes
-        for direction in directions
+        for shape, dtype, direction in cases
     }
+
+
+# The parameter combinations a run needs, as a JSON list of lists (set by the PR check's worker
+# for one metrics class); unset, all of them. A metrics class's setup_cache measures only those.
+SELECTED_ENV = "KERNELGATE_SELECTED_PARAMS"
+
+
+def selected_params(params: list[list]) -> list[tuple]:
+    """The combinations of an asv class's ``params`` that this run needs."""
+    chosen = os.environ.get(SELECTED_ENV)
+    if chosen is None:
+        return list(itertools.product(*params))
+    return [tuple(combo) for combo in json.loads(chosen)]
 
 
 def case_key(*params: str) -> str:
@@ -155,7 +169,7 @@ def main(argv=None) -> None:
     import torch
 
     print(f"{torch.cuda.get_device_name(0)}: copy peak {timing.copy_peak_gbps():.0f} GB/s\n", flush=True)
-    results = measure_cases(layer_norm_measures(args.shapes, args.dtypes, args.directions))
+    results = measure_cases(layer_norm_measures(itertools.product(args.shapes, args.dtypes, args.directions)))
     rows, failed = [], []
     for shape in args.shapes:
         for dtype in args.dtypes:

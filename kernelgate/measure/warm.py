@@ -6,7 +6,8 @@ load compiled code instead of compiling it (torch.compile of 42 LayerNorm
 graphs alone takes many minutes serially). Nothing is timed here, and a
 benchmark's own setup still calls its workload once before sampling.
 
-``python -m kernelgate.measure.warm [--jobs N]`` (``nox -s bench`` runs it on a GPU).
+``python -m kernelgate.measure.warm [--jobs N] [--groups layer_norm attention]`` (``nox -s bench``
+and the PR check run it on a GPU; ``--groups`` names pr-check.toml's groups, default all).
 """
 
 import argparse
@@ -21,9 +22,10 @@ from kernelgate.measure.parallel import default_jobs, in_worker_processes
 
 # Eager torch, FA2 and cuDNN have nothing to compile.
 LAYER_NORM_COMPILED = [*LAYER_NORM_VARIANTS, "torch_compile"]
+GROUPS = ("layer_norm", "attention")
 
 
-def items() -> list[tuple]:
+def items(groups: tuple[str, ...] = GROUPS) -> list[tuple]:
     layer_norm = [
         ("layer_norm", shape, dtype, direction, impl)
         for shape in shape_names()
@@ -35,7 +37,8 @@ def items() -> list[tuple]:
 
     attention = [("attention", config, mode) for config in BENCH_CONFIGS for mode in ACCUM_MODES]
     # torch.compile items are the slowest: start them first.
-    return sorted(layer_norm, key=lambda item: item[-1] != "torch_compile") + attention
+    chosen = [item for item in layer_norm + attention if item[0] in groups]
+    return sorted(chosen, key=lambda item: item[-1] != "torch_compile")
 
 
 def warm(item: tuple) -> float:
@@ -55,12 +58,16 @@ def warm(item: tuple) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=default_jobs(12))
+    parser.add_argument("--groups", nargs="+", default=list(GROUPS), help="groups to warm; others are ignored")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("kernelgate.measure.warm compiles GPU kernels; no GPU is visible (smoke runs need no warm-up)")
     # One Inductor compile thread per worker: the workers are the parallelism.
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    todo = items()
+    unknown = sorted(set(args.groups) - set(GROUPS))
+    if unknown:
+        print(f"no JIT work to warm for {unknown}", flush=True)
+    todo = items(tuple(args.groups))
     start = time.perf_counter()
     print(f"warming {len(todo)} workloads on {args.jobs} processes", flush=True)
     failed = []
