@@ -166,6 +166,23 @@ def perf(session: nox.Session) -> None:
     session.run(python, "-m", "pytest", *args, env=env, external=True)
 
 
+@nox.session(name="pr-check")
+def pr_check(session: nox.Session) -> None:
+    """The pull request's GPU check (docs/pr-check.md): environment, the GPU tests of the affected
+    kernels, base and head benchmarked case by case, the gate and the report, each step timed.
+
+    ``nox -s pr-check -- --base REF --head REF [--full REASON] [--shard K/N]``;
+    ``nox -s pr-check -- merge --out DIR SHARD_DIR...`` joins the shards into one verdict.
+    """
+    python = install(session, "test", "bench", "attention")
+    # Each commit's environment is an overlay of the runner's packages: the current interpreter's
+    # under --no-venv, this session's virtualenv otherwise.
+    runner = sys.executable if session.venv_backend == "none" else python
+    session.run(
+        python, "-m", "kernelgate.prcheck", *session.posargs, env={"KERNELGATE_RUNNER_PYTHON": runner}, external=True
+    )
+
+
 @nox.session
 def results(session: nox.Session) -> None:
     """Regenerate docs/results.md, the latest table per GPU, from a folder of asv results

@@ -9,6 +9,7 @@
 """
 
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ def pytest_addoption(parser):
         help="fail instead of skipping tests that need a CUDA device",
     )
     parser.addoption("--perf", action="store_true", help="collect the pytest-benchmark suite in tests/perf")
+    parser.addoption("--shard", default="1/1", metavar="K/N", help="run the K-th of N disjoint shares of the tests")
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -35,6 +37,18 @@ def pytest_ignore_collect(collection_path, config):
     if collection_path.is_relative_to(PERF_DIR) and not config.getoption("--perf"):
         return True
     return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """``--shard K/N``: keep the tests whose node id hashes to share K (the same split on every runner)."""
+    k, n = (int(v) for v in config.getoption("--shard").split("/"))
+    if n == 1:
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if zlib.crc32(item.nodeid.encode()) % n == k - 1 else drop).append(item)
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
 
 
 def pytest_configure(config):

@@ -1,0 +1,181 @@
+"""``python -m kernelgate.prcheck`` (``nox -s pr-check``): the pull request's GPU status check.
+
+    python -m kernelgate.prcheck --base REF --head REF [--full REASON] [--shard K/N] [--out DIR]
+    python -m kernelgate.prcheck merge --out DIR SHARD_DIR...
+    python -m kernelgate.prcheck remeasure --out DIR --base SHA --head SHA --regex REGEX   (the gate's re-measurement)
+
+Exit code: 0 passed, 1 failed, 2 could not evaluate. The report is written in every case:
+``<out>/report.md`` (also appended to ``$GITHUB_STEP_SUMMARY``) and ``<out>/gate/verdict.json``.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kernelgate.prcheck import bench, check, selection
+from kernelgate.prcheck.check import CheckError, Plan, Steps
+
+DEFAULT_WORK = Path(".pr-check")
+
+
+def shard_arg(value: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)/(\d+)", value)
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise argparse.ArgumentTypeError(f"{value!r} is not K/N with 1 <= K <= N")
+    return int(match[1]), int(match[2])
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    command = argv[0] if argv and argv[0] in ("merge", "remeasure") else "run"
+    rest = argv[1:] if command != "run" else argv
+    parser = argparse.ArgumentParser(prog=f"python -m kernelgate.prcheck {command if command != 'run' else ''}".strip())
+    parser.add_argument("--out", type=Path, default=DEFAULT_WORK / "out", help="the run's output folder")
+    if command == "run":
+        parser.add_argument("--base", required=True, help="base commit or ref")
+        parser.add_argument("--head", required=True, help="head commit or ref")
+        parser.add_argument("--full", metavar="REASON", help="run every group (e.g. a label or main's history)")
+        parser.add_argument("--shard", type=shard_arg, default=(1, 1), metavar="K/N", help="this runner's share")
+        parser.add_argument("--work", type=Path, default=DEFAULT_WORK, help="worktrees and environments")
+        cache = Path(os.environ.get("KERNELGATE_CACHE", DEFAULT_WORK / "cache"))
+        parser.add_argument(
+            "--cache", type=Path, default=cache, help="JIT caches, a folder per role ($KERNELGATE_CACHE)"
+        )
+        runner = os.environ.get("KERNELGATE_RUNNER_PYTHON", sys.executable)
+        parser.add_argument("--runner-python", default=runner, help="the provisioned runner environment's Python")
+        parser.add_argument("--allow-no-gpu", action="store_true", help=argparse.SUPPRESS)  # CPU tests of the check
+    elif command == "merge":
+        parser.add_argument("shards", type=Path, nargs="+", help="the shards' output folders")
+    else:
+        parser.add_argument("--base", required=True)
+        parser.add_argument("--head", required=True)
+        parser.add_argument("--regex", required=True, help="the case ids to measure again")
+    args = parser.parse_args(rest)
+    args.command = command
+    return args
+
+
+def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: int) -> str:
+    verdict = {0: "✅ passed", 1: "❌ FAILED"}.get(code, "❌ could not evaluate")
+    lines = [f"# PR check {verdict}", ""]
+    if plan is not None:
+        gpu = plan.machine.get("gpu", "?")
+        versions = ", ".join(
+            f"{k} {plan.machine.get(k, '?')}" for k in ("gpu_driver", "cuda", "torch", "triton", "tilelang")
+        )
+        lines += [
+            f"base `{plan.base[:12]}` → head `{plan.head[:12]}` on `{plan.machine['machine']}` ({gpu}; {versions})",
+            "",
+        ]
+        k, n = plan.shard
+        if n > 1:
+            lines += [f"Shard {k} of {n}: its cases only; the merged verdict judges them all.", ""]
+        lines += ["## What ran, and why", ""]
+        lines += [
+            f"- **{g}**: {', '.join(plan.reasons[g][:8])}{' …' if len(plan.reasons[g]) > 8 else ''}"
+            for g in plan.groups
+        ]
+        if not plan.groups:
+            lines.append("- nothing: no changed path selects a group (pr-check.toml)")
+        lines += ["", _threshold_changes(plan)]
+    if error:
+        lines += ["## Error", "", f"**{error}**", "", "The check fails closed.", ""]
+    gate_report = out / "gate" / "report.md"
+    if gate_report.is_file():
+        lines += [gate_report.read_text()]
+    lines += ["## Steps", "", steps.table(), ""]
+    text = "\n".join(lines)
+    (out / "report.md").write_text(text)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    return text
+
+
+def _threshold_changes(plan: Plan) -> str:
+    """A change to the judging files is shown, not applied: it takes effect once merged."""
+    proc = subprocess.run(
+        ["git", "diff", plan.base, plan.head, "--", *check.TRUSTED_FILES], capture_output=True, text=True
+    )
+    if not proc.stdout.strip():
+        return ""
+    return f"## Changes to the gate's files (they take effect once merged)\n\n```diff\n{proc.stdout}```\n"
+
+
+def finish(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: int) -> int:
+    if plan is not None:
+        plan.steps = steps.times
+        plan.save(out)
+    if error and not (out / "gate" / "verdict.json").is_file():
+        (out / "gate").mkdir(parents=True, exist_ok=True)
+        verdict = {"passed": False, "exit_code": 2, "error": error, "findings": []}
+        (out / "gate" / "verdict.json").write_text(json.dumps(verdict, indent=2))
+    print("\n" + report(out, plan, steps, error, code), flush=True)
+    print(f"report: {out / 'report.md'}", flush=True)
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    out = args.out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    steps, plan = Steps(), None
+    try:
+        plan = check.prepare(args, steps)
+        if not plan.groups:
+            return finish(out, plan, steps, None, 0)
+        check.run_tests(plan, out, steps)
+        check.warm_up(plan, steps)
+        records = check.measure(plan, out, steps)
+        (out / "measurements.json").write_text(json.dumps(records))
+        check.write_results(plan, out, records)
+        code = check.gate(plan, out, check.junit_files(out), confirm=True, steps=steps)
+    except (CheckError, bench.WorkerError, selection.SelectionError, OSError, subprocess.SubprocessError) as exc:
+        return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)
+    return finish(out, plan, steps, None, code)
+
+
+def remeasure(args: argparse.Namespace) -> int:
+    """Measure the cases matching ``--regex`` again, interleaved, and replace their records."""
+    plan = Plan.load(args.out)
+    if (plan.base, plan.head) != (args.base, args.head):
+        raise SystemExit(
+            f"{args.out} measured {plan.base[:12]}..{plan.head[:12]}, not {args.base[:12]}..{args.head[:12]}"
+        )
+    records = json.loads((args.out / "measurements.json").read_text())
+    again = {}
+    for role, suite in check.read_suites(args.out).items():
+        again[role] = [c for c in bench.suite_cases(suite) if c.id in plan.cases[role] and re.search(args.regex, c.id)]
+    print(f"re-measuring {len(again['base'])} base and {len(again['head'])} head cases", flush=True)
+    for role, fresh in bench.measure([plan.side("base"), plan.side("head")], again).items():
+        records[role].update(fresh)
+    (args.out / "measurements.json").write_text(json.dumps(records))
+    check.write_results(plan, args.out, records)
+    return 0
+
+
+def merge(args: argparse.Namespace) -> int:
+    """One verdict from the shards' folders; a missing, failed or inconsistent shard is red."""
+    out, steps, plan = args.out, Steps(), None
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with steps("merge shards"):
+            plan = check.merge_shards(args.shards, out)
+        code = check.gate(plan, out, check.junit_files(out), confirm=False, steps=steps)
+    except (CheckError, OSError, ValueError) as exc:
+        return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)
+    return finish(out, plan, steps, None, code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    return {"run": run, "merge": merge, "remeasure": remeasure}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

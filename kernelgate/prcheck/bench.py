@@ -1,0 +1,259 @@
+"""Base and head benchmarked case by case, interleaved, on one GPU.
+
+One worker process per commit (``worker.py``, in that commit's environment and checkout) keeps
+the asv suite of that commit loaded. For each selected time_* case both workers set the case up,
+then take turns: a few samples of base, a few of head, then head, base, ... for ``rounds`` rounds,
+so that clock and thermal drift fall on both commits alike and no case waits minutes between
+its base and head samples. track_* cases (floors on head's values) are measured on head only.
+
+Each commit is measured with its own suite: a case that only base declares is one the change
+removed, which the gate reports (``--base-suite``).
+"""
+
+import ast
+import dataclasses
+import itertools
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+ROUNDS = 4  # base/head turns per case; the order alternates each round
+SAMPLES_PER_ROUND = 5  # asv samples per turn: ROUNDS * SAMPLES_PER_ROUND samples per commit and case
+WORKER = Path(__file__).with_name("worker.py")
+
+
+class WorkerError(RuntimeError):
+    """A worker died or answered with an error the run cannot continue past."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One commit as the PR check runs it."""
+
+    role: str  # "base" or "head"
+    commit: str
+    tree: Path  # its checkout
+    python: Path  # its environment's interpreter
+    env: dict[str, str]  # its JIT cache folders
+    log: Path  # the worker's stderr
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Case:
+    """One parameter combination of one asv benchmark."""
+
+    benchmark: str
+    index: int  # position in the product of the benchmark's params, as asv numbers them
+    params: tuple[str, ...]  # asv's repr of each value
+    kind: str  # "time" or "track"
+
+    @property
+    def id(self) -> str:
+        """The name asv's ``--bench`` regexes match."""
+        return f"{self.benchmark}({', '.join(self.params)})" if self.params else self.benchmark
+
+    @property
+    def values(self) -> list:
+        return [ast.literal_eval(p) for p in self.params]
+
+    @property
+    def unit(self) -> tuple[str, ...]:
+        """What is measured together: a time case alone; a track case with the cases of its class
+        that share all but the last parameter (a metrics class measures a case's variants at once)."""
+        if self.kind == "time":
+            return (self.id,)
+        return (self.benchmark.rsplit(".", 1)[0], *self.params[:-1])
+
+
+class Worker:
+    def __init__(self, side: Side):
+        self.side = side
+        self.log = side.log.open("a")
+        env = {**os.environ, **side.env, "PYTHONUNBUFFERED": "1"}
+        argv = [str(side.python), "-P", str(WORKER), str(side.tree / "benchmarks")]
+        self.proc = subprocess.Popen(
+            argv, cwd=side.tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
+        )
+
+    def send(self, op: str, **request) -> None:
+        try:
+            self.proc.stdin.write(json.dumps({"op": op, **request}) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError as exc:
+            raise self._died() from exc
+
+    def receive(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise self._died()
+        return json.loads(line)
+
+    def ask(self, op: str, **request) -> dict:
+        self.send(op, **request)
+        reply = self.receive()
+        if "error" in reply:
+            raise WorkerError(f"{self.side.role} worker, {op}: {reply['error']}")
+        return reply
+
+    def _died(self) -> WorkerError:
+        self.proc.wait(timeout=30)
+        tail = self.side.log.read_text(errors="replace")[-3000:]
+        return WorkerError(f"the {self.side.role} worker exited ({self.proc.returncode}); its log ends:\n{tail}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+def suite_cases(suite: dict[str, dict]) -> list[Case]:
+    """Every time_* and track_* case of a suite (asv's discovery output, by benchmark name)."""
+    cases = []
+    for name, bench in sorted(suite.items()):
+        if bench.get("type") not in ("time", "track"):
+            continue
+        combos = itertools.product(*bench.get("params", [])) if bench.get("params") else [()]
+        cases += [Case(name, i, tuple(combo), bench["type"]) for i, combo in enumerate(combos)]
+    return cases
+
+
+def selected(cases: Iterable[Case], patterns: list[str]) -> list[Case]:
+    return [c for c in cases if any(re.search(p, c.id) for p in patterns)]
+
+
+# Rough cost of a measurement unit, to balance shards: a time case is about one setup per commit
+# and its rounds; a metrics unit measures its case beside references and copies, interleaved.
+UNIT_COST = {"time": 1.0, "track": 3.0}
+
+
+def shard(cases: list[Case], count: int) -> list[list[Case]]:
+    """``cases`` split into ``count`` disjoint shards of similar cost, whole units kept together;
+    the same for every shard that computes it (deterministic)."""
+    units: dict[tuple, list[Case]] = {}
+    for case in sorted(cases):
+        units.setdefault(case.unit, []).append(case)
+    loads = [0.0] * count
+    shards: list[list[Case]] = [[] for _ in range(count)]
+    for unit in sorted(units, key=lambda u: (-UNIT_COST[units[u][0].kind], u)):
+        target = min(range(count), key=lambda k: (loads[k], k))
+        loads[target] += UNIT_COST[units[unit][0].kind]
+        shards[target] += units[unit]
+    return [sorted(s) for s in shards]
+
+
+def discover(workers: dict[str, Worker]) -> dict[str, dict[str, dict]]:
+    """Each commit's own suite, by benchmark name."""
+    for worker in workers.values():
+        worker.send("discover")
+    suites = {}
+    for role, worker in workers.items():
+        reply = worker.receive()
+        if "error" in reply:
+            raise WorkerError(f"{role}: the asv suite did not load:\n{reply['error']}")
+        suites[role] = {b["name"]: b for b in reply["benchmarks"]}
+    return suites
+
+
+def _time_case(case: Case, workers: dict[str, Worker], rounds: int, samples: int) -> dict[str, dict]:
+    for worker in workers.values():
+        worker.send("setup", name=case.benchmark, index=case.index)
+    records = {}
+    for role, worker in workers.items():
+        reply = worker.receive()
+        if "error" in reply:
+            raise WorkerError(f"{role} worker, setup: {reply['error']}")
+        if reply["status"] != "ok":
+            records[role] = {"status": reply["status"], "message": reply["message"][-2000:]}
+    active = [role for role in workers if role not in records]
+    taken = {role: {"status": "ok", "samples": [], "number": []} for role in active}
+    for turn in range(rounds):
+        for role in active if turn % 2 == 0 else active[::-1]:
+            if taken[role]["status"] != "ok":
+                continue
+            reply = workers[role].ask("sample", count=samples)
+            if "samples" not in reply:
+                taken[role] = {"status": "failed", "message": str(reply)[-2000:]}
+                continue
+            taken[role]["samples"] += reply["samples"]
+            taken[role]["number"] += reply["number"] if isinstance(reply["number"], list) else [reply["number"]]
+    for role in active:
+        workers[role].ask("teardown")
+    return {**records, **taken}
+
+
+def _track_cases(cases: list[Case], worker: Worker) -> dict[str, dict]:
+    records = {}
+    by_benchmark: dict[str, list[Case]] = {}
+    for case in cases:
+        by_benchmark.setdefault(case.benchmark, []).append(case)
+    by_class: dict[str, list[list]] = {}
+    for case in cases:
+        by_class.setdefault(case.benchmark.rsplit(".", 1)[0], []).append(case.values)
+    for name, group in by_benchmark.items():
+        wanted = by_class[name.rsplit(".", 1)[0]]
+        reply = worker.ask("track", name=name, indices=[c.index for c in group], selected=wanted)
+        for case, value in zip(group, reply["values"], strict=True):
+            found = (
+                {"status": "failed", "message": f"see {worker.side.log}"}
+                if value is None
+                else {"status": "ok", "value": value}
+            )
+            records[case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track", **found}
+    return records
+
+
+def measure(
+    sides: list[Side], cases: dict[str, list[Case]], rounds: int = ROUNDS, samples: int = SAMPLES_PER_ROUND
+) -> dict[str, dict[str, dict]]:
+    """{role: {case id: record}}: every case of ``cases[role]`` measured on its commit.
+
+    A record holds ``status`` ("ok", "failed", "skipped"), and ``samples`` and ``number`` (time) or
+    ``value`` (track), or a ``message``. Time cases both commits declare are interleaved.
+    """
+    workers = {side.role: Worker(side) for side in sides}
+    records: dict[str, dict[str, dict]] = {side.role: {} for side in sides}
+    try:
+        timed = sorted({c for role_cases in cases.values() for c in role_cases if c.kind == "time"})
+        start = time.perf_counter()
+        for done, case in enumerate(timed, 1):
+            present = {role: w for role, w in workers.items() if case in cases[role]}
+            for role, record in _time_case(case, present, rounds, samples).items():
+                records[role][case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "time", **record}
+            print(_progress(done, len(timed), start, case, records), flush=True)
+        for role, worker in workers.items():
+            tracked = [c for c in cases[role] if c.kind == "track"]
+            if tracked:
+                print(f"  {role}: {len(tracked)} track_* cases", flush=True)
+                records[role].update(_track_cases(tracked, worker))
+    finally:
+        for worker in workers.values():
+            worker.close()
+    return records
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _progress(done: int, total: int, start: float, case: Case, records: dict) -> str:
+    cells = []
+    for role in ("base", "head"):
+        record = records.get(role, {}).get(case.id)
+        if record is None:
+            continue
+        if record["status"] == "ok":
+            cells.append(f"{role} {_median(record['samples']) * 1e6:.1f} us")
+        else:
+            cells.append(f"{role} {record['status']}")
+    elapsed = time.perf_counter() - start
+    return f"  [{done}/{total} {elapsed:.0f} s] {case.id}: {', '.join(cells)}"

@@ -1,0 +1,330 @@
+"""The PR check, step by step: environment, selection, GPU tests, JIT warm-up, benchmarks, gate, report.
+
+Everything a step needs is in its output folder (``--out``): the manifest (commits, machine,
+selection, shard, the cases measured, each step's time), each commit's suite, the raw measurements,
+the tests' JUnit XML, logs, asv result files and the gate's report. A sharded run (``--shard K/N``)
+stops after its own gate; ``merge`` joins the shards' folders into one verdict.
+
+The code that judges runs from the checkout that started the check; the thresholds and the group
+map are read from the base commit, so a pull request cannot loosen its own check.
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kernelgate.prcheck import bench, results, selection
+from kernelgate.prcheck.environments import overlay
+
+TRUSTED_FILES = ("perf-thresholds.toml", "pr-check.toml")
+NO_GPU_GROUPS = "the PR check times kernels on a GPU; none is visible (nvidia-smi lists no device)"
+
+
+class CheckError(Exception):
+    """The check cannot go on; it fails closed with this reason in its report."""
+
+
+class Steps:
+    """Runs the check's steps, printing each one's start, end and time."""
+
+    def __init__(self):
+        self.times: list[tuple[str, float, str]] = []
+        self.start = time.perf_counter()
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        print(f"\n==> {name}", flush=True)
+        start = time.perf_counter()
+        outcome = "ok"
+        try:
+            yield
+        except BaseException:
+            outcome = "failed"
+            raise
+        finally:
+            seconds = time.perf_counter() - start
+            self.times.append((name, seconds, outcome))
+            print(f"<== {name}: {outcome}, {seconds:.1f} s", flush=True)
+
+    def table(self) -> str:
+        rows = [f"| {name} | {seconds:.1f} | {outcome} |" for name, seconds, outcome in self.times]
+        total = time.perf_counter() - self.start
+        return "\n".join(["| step | seconds | outcome |", "|---|---|---|", *rows, f"| **total** | **{total:.1f}** | |"])
+
+
+def git(*args: str, cwd: Path | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise CheckError(f"git {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def resolve(ref: str) -> str:
+    return git("rev-parse", "--verify", f"{ref}^{{commit}}").strip()
+
+
+def checkout(repo: Path, commit: str, work: Path) -> Path:
+    """A worktree of ``commit`` under ``work``, made once per commit."""
+    tree = work / "trees" / commit[:12]
+    if (tree / ".git").exists() and git("rev-parse", "HEAD", cwd=tree).strip() == commit:
+        return tree
+    git("worktree", "prune", cwd=repo)
+    git("worktree", "add", "--force", "--detach", str(tree), commit, cwd=repo)
+    return tree
+
+
+def cache_env(cache: Path, role: str) -> dict[str, str]:
+    """JIT caches of one role: a pull request's head never writes where base or main's runs read."""
+    root = cache / role
+    return {
+        "TRITON_CACHE_DIR": str(root / "triton"),
+        "TILELANG_CACHE_DIR": str(root / "tilelang"),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+    }
+
+
+def machine_entry() -> dict:
+    """This runner as asv's machine file records it, with the GPU and package versions (device_info)."""
+    from asv.machine import Machine
+
+    from kernelgate.measure.device_info import device_info, machine_name
+
+    info = device_info()
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return {**Machine.get_defaults(), **info, "machine": machine_name(info), "python": python}
+
+
+def has_gpu() -> bool:
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, check=False).returncode == 0
+    except OSError:
+        return False
+
+
+@dataclasses.dataclass
+class Plan:
+    """What one run of the check measures: read from and written to ``<out>/manifest.json``."""
+
+    base: str
+    head: str
+    machine: dict
+    groups: list[str]
+    reasons: dict[str, list[str]]
+    shard: tuple[int, int]
+    tests: list[str]
+    benchmarks: list[str]
+    sides: dict[str, dict] = dataclasses.field(default_factory=dict)
+    dates: dict[str, int] = dataclasses.field(default_factory=dict)  # commit dates, ms since the epoch (asv's)
+    cases: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    steps: list = dataclasses.field(default_factory=list)
+
+    def save(self, out: Path) -> None:
+        (out / "manifest.json").write_text(json.dumps(dataclasses.asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, out: Path) -> "Plan":
+        path = out / "manifest.json"
+        try:
+            data = json.loads(path.read_text())
+            return cls(**{**data, "shard": tuple(data["shard"])})
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise CheckError(f"{path}: not a PR check manifest ({exc})") from exc
+
+    def side(self, role: str) -> bench.Side:
+        s = self.sides[role]
+        return bench.Side(role, s["commit"], Path(s["tree"]), Path(s["python"]), s["env"], Path(s["log"]))
+
+
+def prepare(args, steps: Steps) -> Plan:
+    """The environment and selection steps."""
+    out = args.out
+    with steps("environment"):
+        if not has_gpu() and not args.allow_no_gpu:
+            raise CheckError(NO_GPU_GROUPS)
+        repo = Path(git("rev-parse", "--show-toplevel").strip())
+        base, head = resolve(args.base), resolve(args.head)
+        if base == head:
+            raise CheckError(f"base and head are the same commit ({base[:12]}): there is nothing to compare")
+        trusted = out / "trusted"
+        trusted.mkdir(parents=True, exist_ok=True)
+        for name in TRUSTED_FILES:
+            (trusted / name).write_text(git("show", f"{base}:{name}"))
+        machine = machine_entry()
+        sides = {}
+        for role, commit in (("base", base), ("head", head)):
+            tree = checkout(repo, commit, args.work)
+            python = overlay(args.runner_python, tree, args.work / "envs" / commit[:12])
+            log = out / "logs" / f"{role}-worker.log"
+            sides[role] = {"commit": commit, "tree": str(tree), "python": str(python),
+                           "env": cache_env(args.cache, role), "log": str(log)}  # fmt: skip
+            print(f"{role}: {commit[:12]} in {tree}, {python}", flush=True)
+        print(f"machine: {machine['machine']} ({machine.get('gpu')}, driver {machine.get('gpu_driver')})", flush=True)
+    with steps("select"):
+        groups = selection.load(trusted / "pr-check.toml")
+        changed = git("diff", "--name-only", base, head).split()
+        chosen = selection.select(groups, changed, full=args.full)
+        for name in chosen.groups:
+            print(f"{name}: {', '.join(chosen.reasons[name][:6])}{' ...' if len(chosen.reasons[name]) > 6 else ''}")
+        if not chosen.groups:
+            print(f"no group selected by the {len(changed)} changed paths: nothing to run on the GPU")
+    dates = {
+        role: int(git("show", "-s", "--format=%ct", commit).strip()) * 1000
+        for role, commit in (("base", base), ("head", head))
+    }
+    return Plan(base, head, machine, list(chosen.groups), chosen.reasons, args.shard,
+                chosen.tests(groups), chosen.benchmarks(groups), sides, dates)  # fmt: skip
+
+
+def run_tests(plan: Plan, out: Path, steps: Steps) -> None:
+    if not plan.tests:
+        return
+    with steps("GPU tests"):
+        head = plan.side("head")
+        k, n = plan.shard
+        junit = out / "junit" / "gpu-tests.xml"
+        argv = [str(head.python), "-m", "pytest", *plan.tests, "-p", "no:cacheprovider", "-q", "-n", "auto",
+                "--require-gpu", f"--shard={k}/{n}", f"--junitxml={junit}"]  # fmt: skip
+        code = subprocess.run(argv, cwd=head.tree, env={**os.environ, **head.env}, check=False).returncode
+        # 5: this shard drew no test. Failures are the gate's to judge, from the JUnit XML.
+        print(f"pytest exit code {code}", flush=True)
+
+
+def warm_up(plan: Plan, steps: Steps) -> None:
+    with steps("JIT warm-up"):
+        for role in ("base", "head"):
+            side = plan.side(role)
+            argv = [str(side.python), "-m", "kernelgate.measure.warm", "--groups", *plan.groups]
+            subprocess.run(argv, cwd=side.tree, env={**os.environ, **side.env}, check=False)
+
+
+def measure(plan: Plan, out: Path, steps: Steps, patterns: list[str] | None = None) -> dict:
+    """Discover both suites, choose this shard's cases and measure them; returns the records."""
+    with steps("benchmarks"):
+        sides = [plan.side("base"), plan.side("head")]
+        workers = {s.role: bench.Worker(s) for s in sides}
+        try:
+            suites = bench.discover(workers)
+        finally:
+            for worker in workers.values():
+                worker.close()
+        for role, suite in suites.items():
+            results.write_suite(out / "suites" / f"{role}.json", suite)
+        chosen = chosen_cases(suites, patterns or plan.benchmarks)
+        k, n = plan.shard
+        mine = set(bench.shard(sorted(set(chosen["base"]) | set(chosen["head"])), n)[k - 1])
+        cases = {role: [c for c in role_cases if c in mine] for role, role_cases in chosen.items()}
+        plan.cases = {role: [c.id for c in role_cases] for role, role_cases in cases.items()}
+        print(f"shard {k}/{n}: {len(cases['base'])} base and {len(cases['head'])} head cases", flush=True)
+        return bench.measure(sides, cases)
+
+
+def chosen_cases(suites: dict[str, dict], patterns: list[str]) -> dict[str, list[bench.Case]]:
+    """The selected cases of each commit's suite: head's time and track cases, base's time cases
+    (floors judge head's values only)."""
+    chosen = {role: bench.selected(bench.suite_cases(suite), patterns) for role, suite in suites.items()}
+    chosen["base"] = [c for c in chosen["base"] if c.kind == "time"]
+    return chosen
+
+
+def read_suites(out: Path) -> dict[str, dict]:
+    """Each commit's suite as the run discovered it (asv's benchmarks.json, less its format version)."""
+    suites = {}
+    for role in ("base", "head"):
+        suite = json.loads((out / "suites" / f"{role}.json").read_text())
+        suites[role] = {name: entry for name, entry in suite.items() if name != "version"}
+    return suites
+
+
+def write_results(plan: Plan, out: Path, records: dict) -> Path:
+    results_dir = out / "results"
+    suites = read_suites(out)
+    results.write_suite(results_dir / "benchmarks.json", suites["head"])
+    results.write_machine(results_dir, plan.machine)
+    for role, commit in (("base", plan.base), ("head", plan.head)):
+        results.write_commit(results_dir, plan.machine, commit, plan.dates[role], suites[role], records[role])
+    cases = sorted(set(plan.cases["base"]) | set(plan.cases["head"]))
+    (out / "cases.json").write_text(json.dumps(cases, indent=0))
+    return results_dir
+
+
+def gate(plan: Plan, out: Path, junit: list[Path], confirm: bool, steps: Steps) -> int:
+    with steps("gate"):
+        argv = [sys.executable, "-m", "kernelgate.gate", "--base", plan.base, "--head", plan.head,
+                "--machine", plan.machine["machine"], "--results-dir", str(out / "results"),
+                "--thresholds", str(out / "trusted" / "perf-thresholds.toml"),
+                "--base-suite", str(out / "suites" / "base.json"), "--cases", str(out / "cases.json"),
+                "--out", str(out / "gate"), *[f"--junit={j}" for j in junit]]  # fmt: skip
+        if confirm:
+            remeasure = [sys.executable, "-m", "kernelgate.prcheck", "remeasure", "--out", str(out)]
+            argv += ["--confirm-cmd", " ".join(remeasure) + " --base {base} --head {head} --regex {regex}"]
+        else:
+            argv.append("--no-confirm")
+        return subprocess.run(argv, check=False).returncode
+
+
+def junit_files(out: Path) -> list[Path]:
+    """Test reports that hold tests (a shard may draw none)."""
+    found = sorted(out.glob("junit/*.xml"))
+    return [p for p in found if re.search(r"<testcase\b", p.read_text(errors="replace"))]
+
+
+# Keys of the machine entry that name a runner, not what changes the numbers: shards differ there.
+RUNNER_KEYS = ("machine", "arch", "cpu", "num_cpu", "os", "ram")
+
+
+def merge_shards(shard_dirs: list[Path], out: Path) -> Plan:
+    """The shards' measurements as one run in ``out``: every shard present once, all of one run,
+    every selected case measured by exactly one of them."""
+    plans = [Plan.load(d) for d in shard_dirs]
+    first = plans[0]
+    runner_free = lambda machine: {k: v for k, v in machine.items() if k not in RUNNER_KEYS}
+    for d, p in zip(shard_dirs, plans, strict=True):
+        if (p.base, p.head, p.groups, p.benchmarks) != (first.base, first.head, first.groups, first.benchmarks):
+            raise CheckError(f"{d} is a shard of another run ({p.base[:12]}..{p.head[:12]}, groups {p.groups})")
+        if runner_free(p.machine) != runner_free(first.machine):
+            keys = runner_free(first.machine) | runner_free(p.machine)
+            diff = {
+                k: (first.machine.get(k), p.machine.get(k)) for k in keys if first.machine.get(k) != p.machine.get(k)
+            }
+            raise CheckError(f"{d} ran on a runner that measures differently: {diff}")
+        if read_suites(d) != read_suites(shard_dirs[0]):
+            raise CheckError(f"{d} discovered other suites than {shard_dirs[0]}")
+    count = first.shard[1]
+    got = sorted(p.shard[0] for p in plans)
+    if any(p.shard[1] != count for p in plans) or got != list(range(1, count + 1)):
+        raise CheckError(f"expected shards 1..{count} once each, got {[f'{p.shard[0]}/{p.shard[1]}' for p in plans]}")
+    chosen = chosen_cases(read_suites(shard_dirs[0]), first.benchmarks)
+    expected = {role: {c.id for c in cases} for role, cases in chosen.items()}
+    records: dict[str, dict] = {"base": {}, "head": {}}
+    for d, p in zip(shard_dirs, plans, strict=True):
+        measured = json.loads((d / "measurements.json").read_text())
+        for role in records:
+            if set(measured[role]) != set(p.cases[role]):
+                raise CheckError(f"{d}: {role} measurements do not match the cases its manifest lists")
+            overlap = set(measured[role]) & set(records[role])
+            if overlap:
+                raise CheckError(f"{d}: {role} cases measured by two shards, e.g. {sorted(overlap)[0]}")
+            records[role].update(measured[role])
+    for role in records:
+        missing = expected[role] - set(records[role])
+        if missing:
+            raise CheckError(f"{len(missing)} {role} cases no shard measured, e.g. {sorted(missing)[0]}")
+    for name in ("trusted", "suites"):
+        shutil.copytree(shard_dirs[0] / name, out / name, dirs_exist_ok=True)
+    for d, p in zip(shard_dirs, plans, strict=True):
+        for xml in junit_files(d):
+            (out / "junit").mkdir(exist_ok=True)
+            shutil.copy(xml, out / "junit" / f"shard-{p.shard[0]}-{xml.name}")
+    machine = {**first.machine, "machine": f"{first.machine['gpu_class'].lower()}-shards"}
+    cases = {role: sorted(records[role]) for role in records}
+    plan = dataclasses.replace(first, machine=machine, cases=cases, steps=[s for p in plans for s in p.steps])
+    (out / "measurements.json").write_text(json.dumps(records))
+    write_results(plan, out, records)
+    return plan

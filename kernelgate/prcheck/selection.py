@@ -1,0 +1,96 @@
+"""Which groups of tests and benchmarks a change can affect (pr-check.toml).
+
+A changed path selects the groups whose ``paths`` match it; ``everything`` selects every group;
+``ignore`` selects none. A path that nothing names selects every group, so an unforeseen file
+never narrows the check. Globs follow ``fnmatch``: ``*`` and ``**`` both match across folders.
+"""
+
+import dataclasses
+import fnmatch
+import tomllib
+from pathlib import Path
+
+
+class SelectionError(Exception):
+    """pr-check.toml is missing or malformed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    name: str
+    paths: tuple[str, ...]
+    tests: tuple[str, ...]
+    benchmarks: tuple[str, ...]  # regexes on asv case ids
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupMap:
+    groups: dict[str, Group]
+    everything: tuple[str, ...]
+    ignore: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    groups: tuple[str, ...]
+    reasons: dict[str, list[str]]  # group -> the changed paths (or the rule) that selected it
+
+    def tests(self, groups: GroupMap) -> list[str]:
+        return [t for name in self.groups for t in groups.groups[name].tests]
+
+    def benchmarks(self, groups: GroupMap) -> list[str]:
+        return [b for name in self.groups for b in groups.groups[name].benchmarks]
+
+
+def _strings(table: dict, key: str, where: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SelectionError(f"{where}: {key} must be a list of strings")
+    return tuple(value)
+
+
+def load(path: Path) -> GroupMap:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SelectionError(f"cannot read {path}: {exc}") from exc
+    unknown = set(data) - {"everything", "ignore", "group"}
+    if unknown:
+        raise SelectionError(f"{path}: unknown keys {sorted(unknown)}")
+    groups = {}
+    for name, table in data.get("group", {}).items():
+        where = f"{path}: group.{name}"
+        extra = set(table) - {"paths", "tests", "benchmarks"}
+        if extra:
+            raise SelectionError(f"{where}: unknown keys {sorted(extra)}")
+        groups[name] = Group(name, *(_strings(table, k, where) for k in ("paths", "tests", "benchmarks")))
+    if not groups:
+        raise SelectionError(f"{path} declares no group")
+    return GroupMap(groups, _strings(data, "everything", str(path)), _strings(data, "ignore", str(path)))
+
+
+def _matches(path: str, globs: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(path, g) for g in globs)
+
+
+def select(groups: GroupMap, changed: list[str], full: str | None = None) -> Selection:
+    """The groups ``changed`` paths select; ``full`` (a reason) selects every group."""
+    reasons: dict[str, list[str]] = {name: [] for name in groups.groups}
+    if full:
+        return Selection(tuple(groups.groups), {name: [full] for name in groups.groups})
+    for path in changed:
+        claimed = [name for name, group in groups.groups.items() if _matches(path, group.paths)]
+        if _matches(path, groups.everything):
+            why = f"{path} (affects every group)"
+        elif claimed:
+            for name in claimed:
+                reasons[name].append(path)
+            continue
+        elif _matches(path, groups.ignore):
+            continue
+        else:
+            why = f"{path} (no group claims it)"
+        for name in groups.groups:
+            reasons[name].append(why)
+    chosen = tuple(name for name in groups.groups if reasons[name])
+    return Selection(chosen, {name: reasons[name] for name in chosen})

@@ -1,0 +1,291 @@
+"""The PR check's machinery without a GPU: what a change selects, how cases split into shards, the
+worker protocol and the interleaved measurement on a small asv suite, the result files, and the
+merge that fails closed."""
+
+import dataclasses
+import json
+import math
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from asv.results import Results
+
+from kernelgate.kernels.device import interpreter_mode
+from kernelgate.prcheck import bench, check, results, selection
+
+ROOT = Path(__file__).parents[1]
+
+pytestmark = pytest.mark.skipif(interpreter_mode(), reason="runs in the compiled pytest process")
+
+
+# --- selection -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def groups():
+    return selection.load(ROOT / "pr-check.toml")
+
+
+@pytest.mark.parametrize(
+    ("changed", "expected"),
+    [
+        (["kernels/layer_norm/ops.py"], ("layer_norm",)),
+        (["kernels/attention/tilelang_kernels.py", "docs/measuring.md"], ("attention",)),
+        (["kernels/layer_norm/config.py", "kernels/attention/ops.py"], ("layer_norm", "attention")),
+        (["kernelgate/measure/timing.py"], ("layer_norm", "attention")),  # the harness: everything
+        (["requirements/runner.txt"], ("layer_norm", "attention")),
+        (["a_new_top_level_file.py"], ("layer_norm", "attention")),  # unknown: fails safe
+        (["README.md", "docs/gate.md", ".github/workflows/cpu.yml"], ()),
+    ],
+)
+def test_changed_paths_select_groups(groups, changed, expected):
+    assert selection.select(groups, changed).groups == expected
+
+
+def test_the_report_says_why_a_group_runs(groups):
+    chosen = selection.select(groups, ["kernels/layer_norm/ops.py", "pyproject.toml"])
+    assert chosen.reasons["layer_norm"] == ["kernels/layer_norm/ops.py", "pyproject.toml (affects every group)"]
+    assert chosen.reasons["attention"] == ["pyproject.toml (affects every group)"]
+
+
+def test_a_full_run_selects_every_group(groups):
+    chosen = selection.select(groups, [], full="label full-suite")
+    assert chosen.groups == ("layer_norm", "attention") and chosen.reasons["attention"] == ["label full-suite"]
+
+
+def test_every_group_names_tests_and_benchmarks_that_exist(groups):
+    for group in groups.groups.values():
+        for path in group.tests:
+            assert (ROOT / path).exists(), f"{group.name}: {path}"
+        assert group.benchmarks, group.name
+
+
+@pytest.mark.parametrize("text", ["[group.x]\npaths = 'kernels/**'\n", "[group.x]\nsuite = []\n", "nothing = 1\n", ""])
+def test_a_malformed_group_map_is_refused(tmp_path, text):
+    path = tmp_path / "pr-check.toml"
+    path.write_text(text)
+    with pytest.raises(selection.SelectionError):
+        selection.load(path)
+
+
+# --- shards --------------------------------------------------------------------------------------
+
+
+def _cases() -> list[bench.Case]:
+    suite = {
+        "bench_a.A.time_x": {"type": "time", "params": [["'s1'", "'s2'", "'s3'"], ["'v1'", "'v2'"]]},
+        "bench_a.AMetrics.track_p": {"type": "track", "params": [["'s1'", "'s2'", "'s3'"], ["'v1'", "'v2'"]]},
+        "bench_a.AMetrics.track_q": {"type": "track", "params": [["'s1'", "'s2'", "'s3'"], ["'v1'", "'v2'"]]},
+        "bench_b.B.time_y": {"type": "time", "params": []},
+        "bench_b.B.peakmem_z": {"type": "peakmem", "params": []},
+    }
+    return bench.suite_cases(suite)
+
+
+def test_suite_cases_number_combinations_as_asv_does():
+    cases = _cases()
+    assert len(cases) == 6 + 6 + 6 + 1  # peakmem_* is not measured
+    x = [c for c in cases if c.benchmark == "bench_a.A.time_x"]
+    assert [c.index for c in x] == list(range(6))
+    assert x[1].id == "bench_a.A.time_x('s1', 'v2')" and x[1].values == ["s1", "v2"]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
+def test_every_case_lands_in_exactly_one_shard(count):
+    cases = _cases()
+    shards = bench.shard(cases, count)
+    assert len(shards) == count
+    flat = [c for s in shards for c in s]
+    assert sorted(flat) == sorted(cases), "each case exactly once"
+    assert bench.shard(list(reversed(cases)), count) == shards, "the same split whatever the order"
+    for s in shards:  # a metrics unit (its variants, all its track methods) stays in one shard
+        units = {c.unit for c in s if c.kind == "track"}
+        assert all(c in s for c in cases if c.unit in units)
+
+
+# --- the worker and the interleaved measurement ----------------------------------------------------
+
+FAKE_SUITE = """
+import json
+import os
+
+CALLS = []
+
+
+class Fast:
+    params = [["a", "b"]]
+    param_names = ["case"]
+
+    def setup(self, case):
+        if case == "b":
+            raise NotImplementedError("b is skipped here")
+        self.data = list(range(1000))
+
+    def time_sum(self, case):
+        sum(self.data)
+
+
+class Broken:
+    def setup(self):
+        raise RuntimeError("setup fails")
+
+    def time_nothing(self):
+        pass
+
+
+class Metrics:
+    params = [["s1", "s2"], ["v1", "v2"]]
+    param_names = ["shape", "variant"]
+
+    def setup_cache(self):
+        chosen = json.loads(os.environ.get("KERNELGATE_SELECTED_PARAMS", "null"))
+        return {"measured": sorted({tuple(c[:1]) for c in chosen}) if chosen else "all"}
+
+    def track_measured(self, cache, shape, variant):
+        return float(len(cache["measured"])) if cache["measured"] != "all" else -1.0
+"""
+
+
+@pytest.fixture()
+def fake_tree(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "benchmarks").mkdir(parents=True)
+    (tree / "benchmarks" / "__init__.py").write_text("")
+    (tree / "benchmarks" / "bench_fake.py").write_text(textwrap.dedent(FAKE_SUITE))
+    return tree
+
+
+def _side(role, tree, tmp_path):
+    return bench.Side(role, role[0] * 40, tree, Path(sys.executable), {}, tmp_path / f"{role}.log")
+
+
+def test_interleaved_measurement_of_both_commits(fake_tree, tmp_path):
+    sides = [_side("base", fake_tree, tmp_path), _side("head", fake_tree, tmp_path)]
+    workers = {s.role: bench.Worker(s) for s in sides}
+    try:
+        suites = bench.discover(workers)
+    finally:
+        for w in workers.values():
+            w.close()
+    chosen = check.chosen_cases(suites, [r"^bench_fake\."])
+    assert {c.kind for c in chosen["base"]} == {"time"}, "base runs only what is compared"
+    tracked = [c for c in chosen["head"] if c.kind == "track"]
+    chosen["head"] = [c for c in chosen["head"] if c.kind == "time"] + [tracked[0]]  # one of four
+    records = bench.measure(sides, chosen, rounds=2, samples=3)
+    for role in ("base", "head"):
+        fast = records[role]["bench_fake.Fast.time_sum('a')"]
+        assert fast["status"] == "ok" and len(fast["samples"]) == 6, "2 rounds of 3 samples"
+        assert all(s > 0 for s in fast["samples"])
+        assert records[role]["bench_fake.Fast.time_sum('b')"]["status"] == "skipped"
+        assert records[role]["bench_fake.Broken.time_nothing"]["status"] == "failed"
+        assert "setup fails" in records[role]["bench_fake.Broken.time_nothing"]["message"]
+    assert "bench_fake.Metrics.track_measured('s1', 'v1')" not in records["base"]
+    # setup_cache was told which combinations the run needs: one shape, not both.
+    assert records["head"][tracked[0].id] == {**records["head"][tracked[0].id], "status": "ok", "value": 1.0}
+
+    machine = {"machine": "h100-test", "gpu": "NVIDIA H100", "gpu_class": "H100", "python": "3.11", "version": 1}
+    results.write_machine(tmp_path / "results", machine)
+    path = results.write_commit(tmp_path / "results", machine, "a" * 40, 0, suites["head"], records["head"])
+    loaded = Results.load(str(path), machine_name="h100-test")
+    name = "bench_fake.Fast.time_sum"
+    values = loaded.get_result_value(name, loaded.get_result_params(name))
+    assert values[0] > 0 and math.isnan(values[1]), "measured, then skipped"
+    assert len(loaded.get_result_samples(name, loaded.get_result_params(name))[0]) == 6
+    assert loaded.get_result_value("bench_fake.Broken.time_nothing", []) == [None], "failed"
+
+
+def test_a_worker_that_cannot_load_the_suite_is_an_error(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "benchmarks").mkdir(parents=True)
+    (tree / "benchmarks" / "__init__.py").write_text("raise ImportError('broken suite')\n")
+    workers = {"head": bench.Worker(_side("head", tree, tmp_path))}
+    try:
+        with pytest.raises(bench.WorkerError, match="did not load"):
+            bench.discover(workers)
+    finally:
+        workers["head"].close()
+
+
+# --- merging shards --------------------------------------------------------------------------------
+
+
+def _shard(tmp_path: Path, k: int, n: int, cases: dict, records: dict) -> Path:
+    out = tmp_path / f"shard-{k}"
+    (out / "suites").mkdir(parents=True)
+    (out / "trusted").mkdir()
+    suite = {
+        "bench_a.A.time_x": {"name": "bench_a.A.time_x", "type": "time", "params": [["'s1'", "'s2'"]],
+                             "param_names": ["s"], "version": "1", "unit": "seconds"},
+    }  # fmt: skip
+    for role in ("base", "head"):
+        results.write_suite(out / "suites" / f"{role}.json", suite)
+    machine = {"machine": f"h100-host{k}", "gpu": "NVIDIA H100", "gpu_class": "H100", "cuda": "13.0", "python": "3.11"}
+    plan = check.Plan("b" * 40, "c" * 40, machine, ["g"], {"g": ["x"]}, (k, n), [], [r"^bench_a\."], cases=cases)
+    plan.dates = {"base": 0, "head": 1000}
+    plan.save(out)
+    (out / "measurements.json").write_text(json.dumps(records))
+    return out
+
+
+def _record(index, value):
+    return {"benchmark": "bench_a.A.time_x", "index": index, "kind": "time", "status": "ok",
+            "samples": [value] * 4, "number": [1] * 4}  # fmt: skip
+
+
+S1, S2 = "bench_a.A.time_x('s1')", "bench_a.A.time_x('s2')"
+
+
+def _two_shards(tmp_path):
+    one = _shard(
+        tmp_path, 1, 2, {"base": [S1], "head": [S1]}, {"base": {S1: _record(0, 1.0)}, "head": {S1: _record(0, 1.0)}}
+    )
+    two = _shard(
+        tmp_path, 2, 2, {"base": [S2], "head": [S2]}, {"base": {S2: _record(1, 2.0)}, "head": {S2: _record(1, 2.0)}}
+    )
+    return one, two
+
+
+def test_shards_merge_into_one_run(tmp_path):
+    one, two = _two_shards(tmp_path)
+    out = tmp_path / "merged"
+    plan = check.merge_shards([one, two], out)
+    assert plan.machine["machine"] == "h100-shards", "shards run on several hosts; the verdict is the GPU class's"
+    assert json.loads((out / "cases.json").read_text()) == [S1, S2]
+    assert len(list((out / "results" / "h100-shards").glob("*-pr-check.json"))) == 2
+
+
+def test_a_missing_shard_fails_the_merge(tmp_path):
+    one, _ = _two_shards(tmp_path)
+    with pytest.raises(check.CheckError, match=r"expected shards 1..2 once each"):
+        check.merge_shards([one], tmp_path / "merged")
+
+
+def test_a_shard_measured_twice_fails_the_merge(tmp_path):
+    one, _ = _two_shards(tmp_path)
+    copy = tmp_path / "copy"
+    shutil.copytree(one, copy)
+    with pytest.raises(check.CheckError, match="expected shards"):
+        check.merge_shards([one, copy], tmp_path / "merged")
+
+
+def test_a_case_no_shard_measured_fails_the_merge(tmp_path):
+    one = _shard(
+        tmp_path, 1, 2, {"base": [S1], "head": [S1]}, {"base": {S1: _record(0, 1.0)}, "head": {S1: _record(0, 1.0)}}
+    )
+    two = _shard(tmp_path, 2, 2, {"base": [], "head": []}, {"base": {}, "head": {}})
+    with pytest.raises(check.CheckError, match="no shard measured"):
+        check.merge_shards([one, two], tmp_path / "merged")
+
+
+def test_shards_of_another_run_or_runner_fail_the_merge(tmp_path):
+    one, two = _two_shards(tmp_path)
+    plan = check.Plan.load(two)
+    dataclasses.replace(plan, machine={**plan.machine, "cuda": "12.8"}).save(two)
+    with pytest.raises(check.CheckError, match="measures differently"):
+        check.merge_shards([one, two], tmp_path / "merged")
+    dataclasses.replace(plan, head="d" * 40).save(two)
+    with pytest.raises(check.CheckError, match="another run"):
+        check.merge_shards([one, two], tmp_path / "merged")
