@@ -25,13 +25,21 @@ from asv.results import Results, iter_results_for_machine_and_hash
 from asv.runner import BenchmarkResult
 
 from kernelgate.gate.__main__ import main
-from kernelgate.gate.asv_results import Case
+from kernelgate.gate.asv_results import IDENTITY, Case
+from kernelgate.gate.confirm import remeasure
+from kernelgate.gate.findings import Finding, Verdict
 from kernelgate.gate.junit import GPU_SKIP_MARKER
 from kernelgate.gate.thresholds import load_thresholds
+from kernelgate.measure import device_info
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE = "h200-runner-1"
-H200 = {"gpu": "NVIDIA H200", "gpu_class": "H200"}
+# What kernelgate.measure.device_info records on an H200 runner.
+H200 = {
+    "gpu": "NVIDIA H200", "gpu_class": "H200", "gpu_driver": "570.124.06", "gpu_app_clock_sm": "1980 MHz",
+    "gpu_sm_clock_max": "1980 MHz", "gpu_power_limit": "700.00 W", "cuda": "12.8", "torch": "2.7.0",
+    "triton": "3.3.0", "tilelang": "0.1.5",
+}  # fmt: skip
 BASE, HEAD = "1" * 40, "2" * 40
 
 LN_TIME = "bench_layer_norm.LayerNorm.time_layer_norm"
@@ -94,6 +102,7 @@ SMALL_SPACE = {
 SMALL_THRESHOLDS = f"""
 [defaults]
 max_slowdown = 0.05
+gpu_classes = ["H100", "H200"]
 
 [[rule]]
 why = "the two-pass floor"
@@ -108,6 +117,12 @@ benchmark = "{ATT_TIME}"
 params = {{ impl = "tma" }}
 not_slower_than = {{ impl = ["region", "elem"] }}
 """
+
+
+def with_defaults(lines: str) -> str:
+    """SMALL_THRESHOLDS with more keys in [defaults]."""
+    return SMALL_THRESHOLDS.replace("[defaults]\n", f"[defaults]\n{lines}", 1)
+
 
 ATTENTION_MS = {"elem": 0.88, "region": 0.99, "tma": 0.84, "fa2_varlen": 0.9, "cudnn_sdpa": 0.5}  # FACTS.md, H200
 # A healthy H200 run: each value clears every floor (the LayerNorm backward floor is 1.30x eager torch).
@@ -150,6 +165,11 @@ def write_results(root: Path, commit: str, space: dict[str, Bench], changes=None
         results.add_result({"name": name, "version": "1", "params": grid}, result, record_samples=True)
     results.save(str(root))
     util.write_json(str(root / machine / "machine.json"), {"machine": machine, **gpu}, api_version=Machine.api_version)
+    write_suite(Path(Benchmarks.get_benchmark_file_path(str(root))), space)
+
+
+def write_suite(path: Path, space: dict[str, Bench]) -> Path:
+    """A benchmarks.json describing ``space``, as asv writes it."""
     described = {
         name: {
             "name": name,
@@ -159,7 +179,8 @@ def write_results(root: Path, commit: str, space: dict[str, Bench], changes=None
         | {"unit": b.unit, "type": "time" if b.unit == "seconds" else "track", "version": "1"}
         for name, b in space.items()
     }
-    util.write_json(Benchmarks.get_benchmark_file_path(str(root)), described, api_version=Benchmarks.api_version)
+    util.write_json(str(path), described, api_version=Benchmarks.api_version)
+    return path
 
 
 PASSING_JUNIT = """<?xml version="1.0" encoding="utf-8"?>
@@ -184,14 +205,20 @@ class Gate:
     def out(self) -> Path:
         return self.root / "out"
 
-    def write(self, base=None, head=None, space=SMALL_SPACE, head_gpu=H200) -> None:
-        write_results(self.results, BASE, space, base)
+    def write(self, base=None, head=None, space=SMALL_SPACE, head_gpu=H200, base_gpu=H200) -> None:
+        write_results(self.results, BASE, space, base, gpu=base_gpu)
         write_results(self.results, HEAD, space, head, gpu=head_gpu)
 
-    def run(self, *extra: str, junit: str | None = PASSING_JUNIT, thresholds: str = SMALL_THRESHOLDS):
+    def file(self, commit: str) -> Path:
+        """The asv result file of ``commit``."""
+        return next((self.results / MACHINE).glob(f"{commit[:8]}-*.json"))
+
+    def run(
+        self, *extra: str, junit: str | None = PASSING_JUNIT, thresholds: str = SMALL_THRESHOLDS, base=BASE, head=HEAD
+    ):
         """(exit code, verdict.json) of ``python -m kernelgate.gate``."""
         (self.root / "thresholds.toml").write_text(thresholds)
-        args = ["--base", BASE, "--head", HEAD, "--machine", MACHINE, "--results-dir", str(self.results)]
+        args = ["--base", base, "--head", head, "--machine", MACHINE, "--results-dir", str(self.results)]
         args += ["--thresholds", str(self.root / "thresholds.toml"), "--out", str(self.out)]
         if junit is not None:
             (self.root / "junit.xml").write_text(junit)
@@ -291,12 +318,14 @@ def test_order_rule_breach(gate):
 
 
 def test_missing_benchmark_and_case(gate):
+    # Head's suite still has every case; head's results lack some (asv did not record them).
     head_space = {name: bench for name, bench in SMALL_SPACE.items() if name != ATT_TIME}
     shrunk = dataclasses.replace(
         SMALL_SPACE[LN_SPEEDUP], params={**SMALL_SPACE[LN_SPEEDUP].params, "shape": ["4096x4096"]}
     )
     write_results(gate.results, BASE, SMALL_SPACE)
     write_results(gate.results, HEAD, {**head_space, LN_SPEEDUP: shrunk})
+    write_suite(gate.results / "benchmarks.json", SMALL_SPACE)
     code, verdict = gate.run()
     missing = {(f["benchmark"], f["case"]) for f in failed(verdict, "missing")}
     assert code == 1
@@ -321,14 +350,241 @@ def test_nothing_compared_is_never_green(gate):
     assert "nothing was compared" in failed(verdict, "gate")[0]["reason"]
 
 
+def test_too_little_compared_fails(gate):
+    # Base has a value for one time_* case only: every other row is a "not compared" warning.
+    timed = [case for name in (LN_TIME, ATT_TIME) for case in SMALL_SPACE[name].cases(name)]
+    gate.write(base={case: float("nan") for case in timed if case != TWO_PASS_TIME})
+    code, verdict = gate.run()
+    (gap,) = failed(verdict, "gate")
+    assert code == 1
+    assert gap["reason"].startswith(
+        "only 1 of the 7 time_* cases head measured and base's results hold were compared (14.3% < min_compared 90%)"
+    )
+    code, verdict = gate.run(thresholds=with_defaults("min_compared = 0.1\n"))
+    assert code == 0, failed(verdict, "gate")
+
+
+MAY_SKIP_TORCH = (
+    SMALL_THRESHOLDS
+    + f"""
+[[rule]]
+why = "eager torch has no such kernel on some machines"
+benchmark = "{LN_TIME}"
+params = {{ impl = "torch" }}
+may_skip = true
+"""
+)
+
+
+def test_may_skip_case_measured_at_base_and_skipped_at_head(gate):
+    torch_case = ln_case(LN_TIME, "4096x5000", "torch")
+    gate.write(head={torch_case: float("nan")})
+    code, verdict = gate.run(thresholds=MAY_SKIP_TORCH)
+    (skipped,) = failed(verdict, "skipped")
+    assert code == 1
+    assert skipped["case"] == torch_case.label
+    assert re.fullmatch(r"measured at base \(\S+s\), skipped at head \(NaN\)", skipped["reason"])
+    gate.write(base={torch_case: float("nan")}, head={torch_case: float("nan")})  # skipped on both: as declared
+    code, verdict = gate.run(thresholds=MAY_SKIP_TORCH)
+    assert code == 0, verdict
+
+
+@pytest.mark.parametrize(
+    ("side", "times", "reason"),
+    [
+        ("head", [0.0] * 10, "non-positive time at head: value 0 s, 10 of 10 samples <= 0 s (0, 0, 0, ...)"),
+        ("head", [-1e-6] * 2, "non-positive time at head: value -1e-06 s, 2 of 2 samples <= 0 s (-1e-06, -1e-06)"),
+        ("head", [0.0, *samples(1e-3, "one-zero", n=9)], "non-positive time at head: 1 of 10 samples <= 0 s (0)"),
+        ("base", [0.0] * 10, "non-positive time at base: value 0 s, 10 of 10 samples"),
+    ],
+    ids=["head-zero", "head-negative", "head-zero-sample", "base-zero"],
+)
+def test_non_positive_time_fails(gate, side, times, reason):
+    gate.write(**{side: {TWO_PASS_TIME: times}})
+    code, verdict = gate.run()
+    (invalid,) = failed(verdict, "invalid")
+    assert code == 1
+    assert invalid["case"] == TWO_PASS_TIME.label
+    assert invalid["reason"].startswith(reason) and invalid["reason"].endswith("a broken timer, not a measurement")
+    assert not [f for f in verdict["findings"] if f["check"] == "slowdown" and f["case"] == TWO_PASS_TIME.label]
+
+
+# --- removed benchmark cases ---------------------------------------------------------
+
+REMOVED = ln_case(LN_SPEEDUP, "4096x5000", "two_pass")
+HEAD_SPACE = {  # head's suite: LN_SPEEDUP without the 4096x5000 shape
+    **SMALL_SPACE,
+    LN_SPEEDUP: dataclasses.replace(
+        SMALL_SPACE[LN_SPEEDUP], params={**SMALL_SPACE[LN_SPEEDUP].params, "shape": ["4096x4096"]}
+    ),
+}
+
+
+def write_removal(gate: Gate, base_measured=SMALL_SPACE) -> Path:
+    """Base's results over ``base_measured``, head's over HEAD_SPACE; returns base's own suite (SMALL_SPACE)."""
+    write_results(gate.results, BASE, base_measured)
+    write_results(gate.results, HEAD, HEAD_SPACE)  # the results dir's benchmarks.json: head's suite
+    return write_suite(gate.root / "base-benchmarks.json", SMALL_SPACE)
+
+
+@pytest.mark.parametrize("base_measured", [SMALL_SPACE, HEAD_SPACE], ids=["measured-at-base", "base-suite-only"])
+def test_removed_case_fails(gate, base_measured):
+    base_suite = write_removal(gate, base_measured)
+    code, verdict = gate.run("--no-confirm", "--base-suite", str(base_suite))
+    (removed,) = failed(verdict, "removed")
+    assert code == 1
+    assert (removed["benchmark"], removed["case"]) == (LN_SPEEDUP, REMOVED.label)
+    assert removed["reason"].startswith("removed by this PR: in base's benchmark suite, not in head's")
+    assert not failed(verdict, "missing")
+
+
+def test_declared_removal_warns(gate):
+    base_suite = write_removal(gate)
+    glob = f"{LN_SPEEDUP}('4096x5000'*"
+    thresholds = with_defaults(f'removed = ["{glob}", "bench_gone.*"]\n')
+    code, verdict = gate.run("--no-confirm", "--base-suite", str(base_suite), thresholds=thresholds)
+    warnings = {(f["check"], f["case"]): f["reason"] for f in verdict["findings"] if f["verdict"] == "warn"}
+    assert code == 0, [f for f in verdict["findings"] if f["verdict"] == "fail"]
+    assert warnings[("removed", REMOVED.label)] == f"removed, declared in perf-thresholds.toml (removed glob {glob!r})"
+    assert warnings[("config", "removed")].startswith("removed glob 'bench_gone.*' matches no case this PR removes")
+
+
+def test_removed_cases_unseen_without_base_suite(gate):
+    write_removal(gate, base_measured=HEAD_SPACE)  # asv ran head's suite on both commits
+    code, verdict = gate.run()
+    (row,) = [f for f in verdict["findings"] if f["check"] == "removed"]
+    assert code == 0
+    assert row["verdict"] == "warn"
+    assert row["reason"] == "cases removed by this PR cannot be seen: no --base-suite (base's benchmarks.json) given"
+
+
+def test_cases_file_judges_exactly_those_case_ids(gate, tmp_path):
+    gate.write()
+    listed = tmp_path / "cases.json"
+    listed.write_text(json.dumps([TWO_PASS_TIME.asv_id]))
+    code, verdict = gate.run("--no-confirm", "--cases", str(listed))
+    judged = {(f["benchmark"], f["case"]) for f in verdict["findings"] if f["check"] == "slowdown"}
+    assert code == 0 and judged == {(TWO_PASS_TIME.benchmark, TWO_PASS_TIME.label)}
+    listed.write_text("[]")
+    code, verdict = gate.run("--no-confirm", "--cases", str(listed))
+    assert code == 2 and "expected a non-empty JSON list" in verdict["error"]
+
+
+def test_removals_are_judged_within_the_bench_selection(gate):
+    base_suite = write_removal(gate)
+    code, verdict = gate.run("--no-confirm", "--base-suite", str(base_suite), "--bench", "time_layer_norm")
+    assert code == 0 and not [f for f in verdict["findings"] if f["check"] == "removed"]
+    code, verdict = gate.run("--no-confirm", "--base-suite", str(base_suite), "--bench", "track_speedup_vs_torch")
+    assert code == 1 and [f["case"] for f in failed(verdict, "removed")] == [REMOVED.label]
+
+
 # --- fail closed: the gate cannot evaluate -----------------------------------------
 
 
 def test_machine_mismatch_gpu(gate):
-    gate.write(head_gpu={"gpu": "NVIDIA H100 80GB HBM3", "gpu_class": "H100"})
+    gate.write(head_gpu={**H200, "gpu": "NVIDIA H100 80GB HBM3", "gpu_class": "H100"})
     code, verdict = gate.run()
     assert code == 2
-    assert "different machines: base gpu='NVIDIA H200', head gpu='NVIDIA H100 80GB HBM3'" in verdict["error"]
+    assert verdict["error"] == (
+        "base and head are not comparable, measured under different conditions: "
+        "base gpu='NVIDIA H200', head gpu='NVIDIA H100 80GB HBM3'; base gpu_class='H200', head gpu_class='H100'"
+    )
+
+
+@pytest.mark.parametrize("key", [key for key in IDENTITY if key != "machine"])
+def test_not_comparable_across_any_identity_key(gate, key):
+    gate.write(head_gpu={**H200, key: f"{H200[key]} (other)"})
+    code, verdict = gate.run()
+    assert code == 2
+    assert verdict["error"].startswith("base and head are not comparable, measured under different conditions: ")
+    assert f"base {key}={H200[key]!r}, head {key}={H200[key] + ' (other)'!r}" in verdict["error"]
+
+
+def test_not_comparable_when_one_side_lacks_a_key(gate):
+    gate.write(base_gpu={k: v for k, v in H200.items() if k != "gpu_power_limit"})
+    code, verdict = gate.run()
+    assert code == 2
+    assert verdict["error"].endswith("base gpu_power_limit=(absent), head gpu_power_limit='700.00 W'")
+
+
+def test_keys_absent_on_both_sides_are_not_compared(gate):
+    older = {"gpu": "NVIDIA H200", "gpu_class": "H200"}  # results recorded before the other keys
+    gate.write(base_gpu=older, head_gpu=older)
+    code, verdict = gate.run()
+    assert code == 0, verdict
+
+
+def test_machine_file_disagreeing_with_the_results(gate):
+    gate.write()
+    machine_file = gate.results / MACHINE / "machine.json"
+    h100 = {"machine": MACHINE, **H200, "gpu": "NVIDIA H100 80GB HBM3", "gpu_class": "H100"}
+    util.write_json(str(machine_file), h100, api_version=Machine.api_version)
+    code, verdict = gate.run()
+    assert code == 2
+    assert verdict["error"] == (
+        f"{machine_file} disagrees with the results filed under it: machine.json gpu='NVIDIA H100 80GB HBM3', "
+        "results gpu='NVIDIA H200'; machine.json gpu_class='H100', results gpu_class='H200'"
+    )
+
+
+def test_results_from_a_gpu_class_the_thresholds_do_not_cover(gate):
+    b200 = {**H200, "gpu": "NVIDIA B200", "gpu_class": "B200"}
+    gate.write(base_gpu=b200, head_gpu=b200)
+    code, verdict = gate.run()
+    assert code == 2
+    assert verdict["error"] == (
+        "perf thresholds cover the GPU classes ['H100', 'H200'] (gpu_classes), not these results' 'B200'"
+    )
+
+
+def test_device_info_records_every_identity_key(monkeypatch):
+    monkeypatch.setattr(device_info.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(device_info.torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+    queries = []
+
+    def nvidia_smi(argv, **kwargs):
+        queries.append(argv)
+        return subprocess.CompletedProcess(argv, 0, stdout="570.124.06, 1980 MHz, 1980 MHz, 700.00 W\n", stderr="")
+
+    monkeypatch.setattr(device_info.subprocess, "run", nvidia_smi)
+    info = device_info.device_info()
+    assert set(info) == set(IDENTITY) - {"machine"}
+    assert queries == [
+        [
+            "nvidia-smi",
+            "--query-gpu=driver_version,clocks.applications.graphics,clocks.max.sm,power.limit",
+            "--format=csv,noheader",
+        ]
+    ]
+    settings = {key: info[key] for key in ("gpu_driver", "gpu_app_clock_sm", "gpu_sm_clock_max", "gpu_power_limit")}
+    assert settings == {
+        "gpu_driver": "570.124.06",
+        "gpu_app_clock_sm": "1980 MHz",
+        "gpu_sm_clock_max": "1980 MHz",
+        "gpu_power_limit": "700.00 W",
+    }
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        FileNotFoundError("nvidia-smi"),
+        subprocess.CalledProcessError(6, "nvidia-smi"),
+        subprocess.CompletedProcess([], 0, stdout="570.124.06\n", stderr=""),  # fewer fields than asked
+    ],
+    ids=["absent", "failed", "short-answer"],
+)
+def test_device_info_unknown_settings_when_nvidia_smi_cannot_say(monkeypatch, failure):
+    def nvidia_smi(argv, **kwargs):
+        if isinstance(failure, Exception):
+            raise failure
+        return failure
+
+    monkeypatch.setattr(device_info.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(device_info.torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+    monkeypatch.setattr(device_info.subprocess, "run", nvidia_smi)
+    info = device_info.device_info()
+    assert [info[key] for key in device_info.NVIDIA_SMI_FIELDS] == ["unknown"] * 4
 
 
 def test_machine_mismatch_name(gate):
@@ -350,6 +606,138 @@ def test_corrupted_json(gate):
     assert "Error parsing JSON" in verdict["error"]
 
 
+def _edit_json(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _set_column(gate: Gate, name: str, column: str, value) -> None:
+    """One cell of head's results: ``column`` of the first parameter combination of benchmark ``name``."""
+
+    def change(data):
+        data["results"][name][data["result_columns"].index(column)][0] = value
+
+    _edit_json(gate.file(HEAD), change)
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "reason"),
+    [
+        (
+            lambda gate: gate.file(HEAD).write_bytes(b"\xff\xfe" + gate.file(HEAD).read_bytes()),
+            "head results: corrupted {head_file}: 'utf-8' codec can't decode byte 0xff",
+        ),
+        (
+            lambda gate: _edit_json(gate.file(HEAD), lambda d: d.update(results=list(d["results"]))),
+            "head results: corrupted {head_file}: AttributeError: 'list' object has no attribute 'items'",
+        ),
+        (
+            lambda gate: _edit_json(gate.file(BASE), lambda d: d.update(params=[MACHINE])),
+            "base results: corrupted {base_file}: TypeError: list indices must be integers or slices, not str",
+        ),
+        (
+            lambda gate: _edit_json(gate.file(HEAD), lambda d: d.update(commit_hash=2)),
+            "head results: corrupted {head_file}: TypeError: 'int' object is not subscriptable",
+        ),
+        (lambda gate: _set_column(gate, LN_SPEEDUP, "result", "1.5x"), f"{LN_SPEEDUP}: result '1.5x' is not a number"),
+        (lambda gate: _set_column(gate, LN_SPEEDUP, "result", True), f"{LN_SPEEDUP}: result True is not a number"),
+        (
+            lambda gate: _set_column(gate, LN_TIME, "samples", ["fast"]),
+            f"{LN_TIME}: samples ['fast'] are not a list of numbers",
+        ),
+        (
+            lambda gate: _set_column(gate, LN_TIME, "stats_ci_99_a", None),
+            f"{LN_TIME}: samples recorded without their statistics (ci_99_a, ci_99_b)",
+        ),
+        (
+            lambda gate: _edit_json(gate.file(HEAD), lambda d: d["results"][LN_SPEEDUP].__setitem__(1, [[4096]])),
+            f"{LN_SPEEDUP}: params [[4096]] is not a list of lists of strings",
+        ),
+        (
+            lambda gate: _edit_json(gate.results / "benchmarks.json", lambda d: d.update({LN_TIME: []})),
+            "corrupted {results}/benchmarks.json: " + f"{LN_TIME}: not a table",
+        ),
+        (
+            lambda gate: _edit_json(
+                gate.results / "benchmarks.json", lambda d: d[LN_TIME].update(param_names=["shape"])
+            ),
+            "corrupted {results}/benchmarks.json: " + f"{LN_TIME}: 1 param_names for 4 parameters",
+        ),
+        (
+            lambda gate: (gate.results / MACHINE / "machine.json").write_bytes(b"\x80"),
+            "corrupted {results}/" + MACHINE + "/machine.json: 'utf-8' codec can't decode byte 0x80",
+        ),
+    ],
+    ids=[
+        "not-utf8", "results-a-list", "params-a-list", "commit-hash-a-number", "value-a-string", "value-a-bool",
+        "samples-strings", "samples-without-stats", "params-not-strings", "suite-entry-a-list",
+        "suite-param-names-short", "machine-file-not-utf8",
+    ],
+)  # fmt: skip
+def test_malformed_input_fails_closed_with_a_report(gate, corrupt, reason):
+    gate.write()
+    corrupt(gate)
+    code, verdict = gate.run()
+    assert code == 2
+    paths = {"results": gate.results, "head_file": gate.file(HEAD), "base_file": gate.file(BASE)}
+    assert reason.format(**paths) in verdict["error"]
+    assert verdict["error"] in (gate.out / "report.md").read_text()
+
+
+def test_missing_base_suite(gate):
+    gate.write()
+    code, verdict = gate.run("--no-confirm", "--base-suite", str(gate.root / "nowhere.json"))
+    assert code == 2
+    assert verdict["error"] == f"no {gate.root / 'nowhere.json'}: no asv benchmark suite description there"
+
+
+@pytest.mark.parametrize(
+    "broken", ["kernelgate.gate.__main__.evaluate", "kernelgate.gate.report.plt.subplots"], ids=["judging", "plotting"]
+)
+def test_internal_error_still_writes_a_red_report(gate, monkeypatch, capsys, broken):
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(broken, boom)
+    gate.write()
+    code, verdict = gate.run()
+    assert (code, verdict["passed"], verdict["error"]) == (2, False, "internal error: RuntimeError: boom")
+    assert "**internal error: RuntimeError: boom**" in (gate.out / "report.md").read_text()
+    assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("head", [BASE, BASE[:8]], ids=["same-hash", "its-prefix"])
+def test_same_commit_is_never_compared(gate, head):
+    gate.write()
+    code, verdict = gate.run(head=head)
+    assert code == 2
+    assert verdict["error"] == f"base and head are the same commit ({head}): nothing would be compared"
+
+
+@pytest.mark.parametrize(
+    ("base", "extra", "reason"),
+    [
+        ("", (), "--base '' is not a commit hash (8 to 40 lowercase hex digits)"),
+        (BASE, ("--bench", "time_("), "--bench 'time_(' is not a regular expression"),
+        (BASE, ("--confirm-cmd", "asv run --bench {regex}"), "--confirm-cmd 'asv run --bench {regex}': placeholders"),
+        (BASE, ("--confirm-cmd", "asv run {commit} {head}"), "--confirm-cmd 'asv run {commit} {head}': placeholders"),
+        (
+            BASE,
+            ("--confirm-cmd", "asv run {comit}"),
+            "expected {machine}, {regex} and either {commit} or {base} {head}",
+        ),
+    ],
+    ids=["empty-commit", "bad-regex", "no-commit-placeholder", "both-kinds", "unknown-placeholder"],
+)
+def test_arguments_that_cannot_be_judged_leave_a_report(gate, base, extra, reason):
+    gate.write()
+    code, verdict = gate.run(*extra, base=base)
+    assert code == 2
+    assert reason in verdict["error"]
+    assert (gate.out / "report.md").is_file()
+
+
 def test_empty_results_directory(gate):
     gate.results.mkdir()
     code, verdict = gate.run()
@@ -367,14 +755,56 @@ def test_unmatched_threshold_entry(gate):
 
 
 @pytest.mark.parametrize(
+    ("rule", "reason"),
+    [
+        (
+            f'benchmark = "{LN_SPEEDUP}"\nparams = {{ shape = ["4096x4096", "4096x50000"] }}\nmin = 1.0',
+            f"rule #3 ({LN_SPEEDUP} [shape=4096x4096|4096x50000]): "
+            "params shape glob '4096x50000' matches no benchmark case",
+        ),
+        (
+            f'benchmark = "{ATT_TIME}"\nparams = {{ impl = "tma" }}\ngpu_class = "H100"\n'
+            'not_slower_than = { impl = ["region", "elme"] }',
+            f"rule #3 ({ATT_TIME} [impl=tma]): not_slower_than impl = 'elme' names no benchmark case",
+        ),
+    ],
+    ids=["params-glob", "not-slower-than-value"],
+)
+def test_unmatched_glob_of_a_rule_list(gate, rule, reason):
+    gate.write()
+    thresholds = SMALL_THRESHOLDS + f'\n[[rule]]\nwhy = "typo"\n{rule}\n'
+    code, verdict = gate.run(thresholds=thresholds)
+    (error,) = failed(verdict, "config")
+    assert code == 1
+    assert error["reason"] == reason
+    code, verdict = gate.run("--no-confirm", "--bench", "time_layer_norm", thresholds=thresholds)
+    assert code == 0 and not failed(verdict, "config")  # outside a --bench selection: not judged
+
+
+DEFAULTS = '[defaults]\nmax_slowdown = 0.05\ngpu_classes = ["H100", "H200"]\n'
+
+
+@pytest.mark.parametrize(
     ("toml", "reason"),
     [
         ("[defaults\nmax_slowdown = 0.05\n", "is not valid TOML"),
-        ('[defaults]\nmax_slowdown = 0.05\n[[rule]]\nwhy = "x"\nbenchmark = "*"\nmni = 1.0\n', "unknown keys ['mni']"),
-        ('[defaults]\nmax_slowdown = 0.05\n[[rule]]\nwhy = "x"\nbenchmark = "*"\n', "declares no check"),
+        (DEFAULTS + '[[rule]]\nwhy = "x"\nbenchmark = "*"\nmni = 1.0\n', "unknown keys ['mni']"),
+        (DEFAULTS + '[[rule]]\nwhy = "x"\nbenchmark = "*"\n', "declares no check"),
         ("[[rule]]\n", "needs [defaults]"),
+        ("[defaults]\nmax_slowdown = 0.05\n", "needs [defaults] with max_slowdown = <number> and gpu_classes"),
+        (DEFAULTS + "min_compare = 0.9\n", "[defaults] in"),
+        (DEFAULTS + "min_compared = 90\n", "min_compared = 90 is not a fraction between 0 and 1"),
+        (DEFAULTS + 'removed = "bench_x.*"\n', "removed = 'bench_x.*' is not a list of strings"),
+        (
+            DEFAULTS + f'[[rule]]\nwhy = "x"\nbenchmark = "{LN_SPEEDUP}"\ngpu_class = ["H20O"]\nmin = 1.0\n',
+            f"rule #1 ({LN_SPEEDUP}): gpu_class 'H20O' matches none of ['H100', 'H200']",
+        ),
     ],
-)
+    ids=[
+        "invalid-toml", "unknown-rule-key", "no-check", "no-defaults", "no-gpu-classes",
+        "unknown-default", "min-compared-not-a-fraction", "removed-not-a-list", "gpu-class-not-covered",
+    ],
+)  # fmt: skip
 def test_bad_thresholds_file(gate, toml, reason):
     gate.write()
     code, verdict = gate.run(thresholds=toml)
@@ -401,8 +831,12 @@ def test_bad_thresholds_file(gate, toml, reason):
             ),
             "1 GPU tests skipped",
         ),
+        (
+            PASSING_JUNIT.replace('time="0.1"/>', 'time="0.1"><skipped message="flaky on CI"/></testcase>'),
+            "all 2 tests were skipped: nothing was tested (flaky on CI)",
+        ),
     ],
-    ids=["not-given", "empty-file", "no-tests", "failure", "gpu-skipped"],
+    ids=["not-given", "empty-file", "no-tests", "failure", "gpu-skipped", "all-skipped"],
 )
 def test_tests_missing_or_failed(gate, junit, reason):
     gate.write()
@@ -429,43 +863,50 @@ def test_gpu_skip_marker_matches_conftest():
 
 FAKE_ASV_RUN = textwrap.dedent(
     """
-    # Stands in for `asv run --append-samples --bench REGEX COMMIT^!`: appends the samples
-    # of fresh.json[commit][case] to the selected cases, through asv's own Results.add_result.
+    # Stands in for `asv run --append-samples --bench REGEX COMMIT...`: appends the samples of
+    # fresh.json[commit][case] to the selected cases of each commit, through asv's own Results.add_result.
     import itertools, json, re, statistics, sys
     from pathlib import Path
     from asv.results import Results
     from asv.runner import BenchmarkResult
 
-    fresh_json, results_dir, log, machine, commit, regex = sys.argv[1:]
-    fresh = json.loads(Path(fresh_json).read_text())[commit]
+    fresh_json, results_dir, log, machine, regex, *commits = sys.argv[1:]
     with open(log, "a") as fh:
-        fh.write(json.dumps([commit, regex]) + "\\n")
-    (path,) = Path(results_dir, machine).glob(commit[:8] + "-*.json")
-    results = Results.load(str(path))
-    for name in list(results.get_all_result_keys()):
-        grid = results.get_result_params(name)
-        ids = [f"{name}({', '.join(combo)})" for combo in itertools.product(*grid)]
-        chosen = {i for i, case_id in enumerate(ids) if re.search(regex, case_id)}
-        if chosen:
-            new = [fresh[case_id] if i in chosen else None for i, case_id in enumerate(ids)]
-            result = BenchmarkResult(
-                result=[statistics.median(s) if s else None for s in new], samples=new,
-                number=[1 if s else None for s in new], errcode=0, stderr="", profile=None,
-            )
-            benchmark = {"name": name, "version": "1", "params": grid}
-            results.add_result(benchmark, result, append_samples=True, record_samples=True, selected_idx=chosen)
-    results.save(results_dir)
+        fh.write(json.dumps([commits, regex]) + "\\n")
+    for commit in commits:
+        fresh = json.loads(Path(fresh_json).read_text())[commit]
+        (path,) = Path(results_dir, machine).glob(commit[:8] + "-*.json")
+        results = Results.load(str(path))
+        for name in list(results.get_all_result_keys()):
+            grid = results.get_result_params(name)
+            ids = [f"{name}({', '.join(combo)})" for combo in itertools.product(*grid)]
+            chosen = {i for i, case_id in enumerate(ids) if re.search(regex, case_id)}
+            if chosen:
+                new = [fresh[case_id] if i in chosen else None for i, case_id in enumerate(ids)]
+                result = BenchmarkResult(
+                    result=[statistics.median(s) if s else None for s in new], samples=new,
+                    number=[1 if s else None for s in new], errcode=0, stderr="", profile=None,
+                )
+                benchmark = {"name": name, "version": "1", "params": grid}
+                results.add_result(benchmark, result, append_samples=True, record_samples=True, selected_idx=chosen)
+        results.save(results_dir)
     """
 )
 
 
-def confirm_cmd(gate: Gate, fresh: dict[str, dict[Case, list[float]]]) -> str:
+def confirm_cmd(gate: Gate, fresh: dict[str, dict[Case, list[float]]], commits: str = "{commit}") -> str:
+    """The fake asv run as a --confirm-cmd template naming ``commits`` ({commit}, or {base} {head})."""
     (gate.root / "fresh.json").write_text(
         json.dumps({commit: {case.asv_id: s for case, s in by_case.items()} for commit, by_case in fresh.items()})
     )
     (gate.root / "fake_asv_run.py").write_text(FAKE_ASV_RUN)
     paths = [gate.root / "fake_asv_run.py", gate.root / "fresh.json", gate.results, gate.root / "remeasured.log"]
-    return " ".join([sys.executable, *map(str, paths), "{machine}", "{commit}", "{regex}"])
+    return " ".join([sys.executable, *map(str, paths), "{machine}", "{regex}", commits])
+
+
+def remeasured(gate: Gate) -> list[tuple[list[str], str]]:
+    """(commits, regex) of each run of the fake asv."""
+    return [tuple(json.loads(line)) for line in (gate.root / "remeasured.log").read_text().splitlines()]
 
 
 def test_confirmation_clears_noise_and_keeps_a_real_regression(gate):
@@ -477,12 +918,12 @@ def test_confirmation_clears_noise_and_keeps_a_real_regression(gate):
     }
     code, verdict = gate.run("--confirm-cmd", confirm_cmd(gate, fresh))
     rows = {f["case"]: f for f in verdict["findings"] if f["check"] == "slowdown"}
-    remeasured = [json.loads(line) for line in (gate.root / "remeasured.log").read_text().splitlines()]
+    runs = remeasured(gate)
     assert code == 1
     assert rows[noisy.label]["verdict"] == "cleared" and "cleared by re-measurement" in rows[noisy.label]["reason"]
     assert rows[real.label]["verdict"] == "fail" and "persisted after re-measurement" in rows[real.label]["reason"]
-    assert [commit for commit, _ in remeasured] == [BASE, HEAD]
-    for _, regex in remeasured:  # the suspects, and only they, were re-run
+    assert [commits for commits, _ in runs] == [[BASE], [HEAD]]
+    for _, regex in runs:  # the suspects, and only they, were re-run
         assert re.fullmatch(regex, noisy.asv_id) and re.fullmatch(regex, real.asv_id)
         assert not re.fullmatch(regex, ln_case(LN_TIME, "4096x5000", "torch").asv_id)
 
@@ -496,11 +937,44 @@ def test_confirmation_of_noise_only_passes(gate):
     assert row["verdict"] == "cleared"
 
 
-def test_failed_remeasurement_fails_closed(gate):
+def test_confirmation_once_for_base_and_head(gate):
     gate.write(head={TWO_PASS_TIME: samples(1.10e-3, "burst")})
-    code, verdict = gate.run("--confirm-cmd", f"{sys.executable} -c 'raise SystemExit(3)'")
+    fresh = {BASE: {TWO_PASS_TIME: samples(1e-3, "b", n=20)}, HEAD: {TWO_PASS_TIME: samples(1e-3, "h", n=20)}}
+    code, verdict = gate.run("--confirm-cmd", confirm_cmd(gate, fresh, commits="{base} {head}"))
+    assert code == 0, verdict
+    ((commits, regex),) = remeasured(gate)
+    assert commits == [BASE, HEAD]
+    assert re.fullmatch(regex, TWO_PASS_TIME.asv_id)
+    assert not re.fullmatch(regex, ln_case(LN_TIME, "4096x5000", "torch").asv_id)
+
+
+def test_once_template_re_runs_the_union_of_both_roles(tmp_path):
+    log = tmp_path / "argv.log"
+    record = "import json, sys; open(sys.argv[1], 'a').write(json.dumps(sys.argv[2:]) + chr(10))"
+    template = f'{sys.executable} -c "{record}" {log} {{machine}} {{base}} {{head}} {{regex}}'
+    floor = Finding("floor", LN_SPEEDUP, "a", Verdict.FAIL, "x", remeasure=(("head", TWO_PASS_SPEEDUP.asv_id),))
+    slowdown = Finding("slowdown", LN_TIME, "b", Verdict.FAIL, "x", remeasure=(("base", TWO_PASS_TIME.asv_id),))
+    remeasure(template, MACHINE, {"base": BASE, "head": HEAD}, [floor, slowdown])
+    ((machine, base, head, regex),) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert (machine, base, head) == (MACHINE, BASE, HEAD)
+    assert re.fullmatch(regex, TWO_PASS_SPEEDUP.asv_id) and re.fullmatch(regex, TWO_PASS_TIME.asv_id)
+    assert not re.fullmatch(regex, ln_case(LN_TIME, "4096x5000", "torch").asv_id)
+
+
+@pytest.mark.parametrize(
+    ("template", "reason"),
+    [
+        (f"{sys.executable} -c 'raise SystemExit(3)' {{commit}}", "re-measurement of the base commit failed: "),
+        (f"{sys.executable} -c 'raise SystemExit(3)' {{base}} {{head}}", "re-measurement of base and head failed: "),
+        ("/nonexistent/asv run {commit}", "re-measurement of the base commit could not start: "),
+    ],
+    ids=["per-commit", "once", "not-started"],
+)
+def test_failed_remeasurement_fails_closed(gate, template, reason):
+    gate.write(head={TWO_PASS_TIME: samples(1.10e-3, "burst")})
+    code, verdict = gate.run("--confirm-cmd", template)
     assert code == 2
-    assert "re-measurement of the base commit failed" in verdict["error"]
+    assert verdict["error"].startswith(reason)
 
 
 # --- the real perf-thresholds.toml ---------------------------------------------------
@@ -509,7 +983,7 @@ def test_failed_remeasurement_fails_closed(gate):
 def test_real_thresholds_match_the_benchmark_space():
     thresholds = load_thresholds(ROOT / "perf-thresholds.toml")
     cases = [case for name, bench in suite_space().items() for case in bench.cases(name)]
-    assert [rule.label for rule in thresholds.unmatched(cases)] == []
+    assert [message for _, message in thresholds.unmatched(cases)] == []
     assert any(rule.min == 1.16 and not rule.informational for rule in thresholds.rules)
 
 
@@ -522,7 +996,10 @@ def test_real_thresholds_pass_a_healthy_h200_run(gate):
         if case.value("config") == "seed-gqa-192-128-causal" and case.value("impl") in (None, "fa2_varlen")
     }
     gate.write(base=not_applicable, head=not_applicable, space=space)
-    code, verdict = gate.run(thresholds=(ROOT / "perf-thresholds.toml").read_text())
+    base_suite = write_suite(gate.root / "base-benchmarks.json", space)
+    code, verdict = gate.run(
+        "--no-confirm", "--base-suite", str(base_suite), thresholds=(ROOT / "perf-thresholds.toml").read_text()
+    )
     assert code == 0, [f for f in verdict["findings"] if f["verdict"] != "pass"][:5]
     assert {f["check"] for f in verdict["findings"]} == {"tests", "floor", "slowdown", "order"}
 

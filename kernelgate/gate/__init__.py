@@ -1,11 +1,14 @@
 """The performance gate: a pull request's verdict from asv results measured on one runner.
 
-Checks, in order: the tests passed on that machine (JUnit XML); head's values
-respect the floors of ``perf-thresholds.toml``; head is not slower than base
-beyond the allowed change (asv's own statistics, as ``asv compare``);
+Checks, in order: the tests passed on that machine (JUnit XML); base and head
+were measured under the same conditions (GPU, clocks, power limit, driver,
+software); head keeps every case of base's suite unless it is declared removed;
+head's values respect the floors of ``perf-thresholds.toml``; head is not slower
+than base beyond the allowed change (asv's own statistics, as ``asv compare``);
 suspected regressions are re-measured and only those that persist fail.
 Anything the gate cannot evaluate fails it (``GateError``): it never turns
-green because nothing was compared. ``python -m kernelgate.gate --help``.
+green because nothing, or too little, was compared, and it always leaves its
+report behind. ``python -m kernelgate.gate --help``.
 """
 
 

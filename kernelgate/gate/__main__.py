@@ -1,25 +1,26 @@
-"""``python -m kernelgate.gate``: the pull request's performance verdict (see harness/gate/__init__.py)."""
+"""``python -m kernelgate.gate``: the pull request's performance verdict (see kernelgate/gate/__init__.py)."""
 
 import argparse
 import dataclasses
-import os
+import json
 import re
 import sys
+import traceback
 from pathlib import Path
 
 from kernelgate.gate import GateError, junit
-from kernelgate.gate.asv_results import Run, check_same_machine, load_run
+from kernelgate.gate.asv_results import Run, load_runs
 from kernelgate.gate.checks import evaluate
-from kernelgate.gate.confirm import DEFAULT_CONFIRM_CMD, confirmed, remeasure
+from kernelgate.gate.confirm import DEFAULT_CONFIRM_CMD, confirmed, remeasure, runs_once
 from kernelgate.gate.findings import Finding, Outcome
-from kernelgate.gate.report import markdown, plot_ratios, write_json
+from kernelgate.gate.report import publish
 from kernelgate.gate.thresholds import load_thresholds
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m kernelgate.gate", description=__doc__)
-    parser.add_argument("--base", required=True, type=_commit, help="base commit hash (8 to 40 hex digits)")
-    parser.add_argument("--head", required=True, type=_commit, help="head commit hash (8 to 40 hex digits)")
+    parser.add_argument("--base", required=True, help="base commit hash (8 to 40 hex digits)")
+    parser.add_argument("--head", required=True, help="head commit hash (8 to 40 hex digits)")
     parser.add_argument("--machine", required=True, help="the asv machine both commits were measured on")
     parser.add_argument(
         "--junit", action="append", type=Path, default=[], help="pytest JUnit XML of this machine's tests (repeatable)"
@@ -31,7 +32,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="REGEX",
         help="judge only the cases asv's --bench would select (repeatable), e.g. after a subset run",
     )
+    parser.add_argument(
+        "--cases",
+        type=Path,
+        metavar="JSON",
+        help="judge only these asv case ids (a JSON list), e.g. what one PR check measured; adds to --bench",
+    )
     parser.add_argument("--results-dir", type=Path, default=Path(".asv/results"), help="asv's results_dir")
+    parser.add_argument(
+        "--base-suite",
+        type=Path,
+        help="benchmarks.json written from base's own checkout (the results dir's describes head's suite): "
+        "its cases that head's suite lacks were removed by the pull request",
+    )
     parser.add_argument("--thresholds", type=Path, default=Path("perf-thresholds.toml"))
     parser.add_argument(
         "--out", type=Path, default=Path("gate-report"), help="folder for report.md, verdict.json, ratios.png"
@@ -40,23 +53,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     confirm.add_argument(
         "--confirm-cmd",
         default=DEFAULT_CONFIRM_CMD,
-        help="command re-measuring suspects, run once per commit; placeholders {machine} {commit} {regex} "
-        f"(default: {DEFAULT_CONFIRM_CMD!r})",
+        help="command re-measuring suspects; placeholders {machine} {regex} and either {commit} (run once per "
+        f"commit) or {{base}} {{head}} (run once for both) (default: {DEFAULT_CONFIRM_CMD!r})",
     )
     confirm.add_argument("--no-confirm", action="store_true", help="fail on suspects without re-measuring them")
     return parser.parse_args(argv)
 
 
-def _commit(value: str) -> str:
-    if not re.fullmatch(r"[0-9a-f]{8,40}", value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a commit hash (8 to 40 lowercase hex digits)")
-    return value
+def _check_args(args: argparse.Namespace) -> None:
+    """Argument values that cannot be judged, checked here so that they too leave a red report behind."""
+    for option in ("base", "head"):
+        value = getattr(args, option)
+        if not re.fullmatch(r"[0-9a-f]{8,40}", value):
+            raise GateError(f"--{option} {value!r} is not a commit hash (8 to 40 lowercase hex digits)")
+    if args.base.startswith(args.head) or args.head.startswith(args.base):
+        raise GateError(f"base and head are the same commit ({args.head}): nothing would be compared")
+    if args.cases is not None:
+        args.bench = [*args.bench, *(f"^{re.escape(case)}$" for case in _case_ids(args.cases))]
+    for pattern in args.bench:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise GateError(f"--bench {pattern!r} is not a regular expression: {exc}") from exc
+    if not args.no_confirm:
+        runs_once(args.confirm_cmd)
+
+
+def _case_ids(path: Path) -> list[str]:
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise GateError(f"--cases {path}: unreadable ({exc})") from exc
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise GateError(f"--cases {path}: expected a non-empty JSON list of asv case ids")
+    return ids
 
 
 def judge(args: argparse.Namespace) -> Outcome:
     correctness = junit.correctness(args.junit)
     outcome = Outcome(args.machine, args.base, args.head, findings=tuple(correctness))
     try:
+        _check_args(args)
         thresholds = load_thresholds(args.thresholds)
         base, head = _load(args)
 
@@ -73,29 +110,24 @@ def judge(args: argparse.Namespace) -> Outcome:
 
 
 def _load(args: argparse.Namespace) -> tuple[Run, Run]:
-    base = load_run(args.results_dir, args.machine, args.base, "base")
-    head = load_run(args.results_dir, args.machine, args.head, "head")
-    check_same_machine(base, head)
+    base, head = load_runs(args.results_dir, args.machine, args.base, args.head, args.base_suite)
     if args.bench:
         base, head = base.selected(args.bench), head.selected(args.bench)
         if not head.measurements:
-            raise GateError(f"--bench {args.bench} selects no benchmark case of the head results")
+            chosen = f"--cases {args.cases}" if args.cases else f"--bench {args.bench}"
+            raise GateError(f"{chosen} selects no benchmark case of the head results")
     return base, head
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    outcome = judge(args)
-    text = markdown(outcome)
-    print(text)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as fh:
-            fh.write(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "report.md").write_text(text)
-    write_json(outcome, args.out / "verdict.json")
-    plot_ratios(outcome, args.out / "ratios.png")
+    try:
+        outcome = judge(args)
+        publish(outcome, args.out)
+    except Exception as exc:  # a bug or an unforeseen input still leaves a red verdict, never none
+        traceback.print_exc()
+        outcome = Outcome(args.machine, args.base, args.head, error=f"internal error: {type(exc).__name__}: {exc}")
+        publish(outcome, args.out)
     return outcome.exit_code
 
 

@@ -1,14 +1,20 @@
 """Head against the thresholds and against base, case by case.
 
-* config: every rule matches some case of head;
-* availability: every case of base is in head, and head measured each one;
+* config: every rule, and every glob or value of its lists, matches some case of head;
+* removals: every case of base's suite is in head's, unless declared removed;
+* availability: every case of base is in head, and head measured each one (a case
+  measured at base may not be skipped at head);
+* validity: no time_* value or sample of base or head is at or below 0 s;
 * bounds: ``min`` / ``max`` on head's values;
 * slowdown: head vs base on every time_* case, decided as ``asv compare``
   decides (Mann-Whitney U on the recorded samples, else 99% CI overlap)
   with the factor 1 + max_slowdown;
 * order: ``not_slower_than`` between cases of the same run, same decision
-  with the factor 1.
+  with the factor 1;
+* coverage: something, and at least ``min_compared`` of what could be, was compared.
 """
+
+import fnmatch
 
 from asv.commands.compare import _is_result_better  # asv compare's own test of "a is better than b"
 
@@ -19,27 +25,55 @@ from kernelgate.gate.thresholds import Rule, Thresholds
 
 
 def evaluate(thresholds: Thresholds, base: Run, head: Run, selection: bool = False) -> list[Finding]:
-    """All checks; with a ``selection`` (a --bench subset) rules outside it are not configuration errors."""
-    rules = thresholds.applicable(str(head.machine["gpu_class"]))
+    """All checks; with a ``selection`` (a --bench subset) what matches nothing is not a configuration error."""
+    gpu_class = str(head.machine["gpu_class"])
+    if gpu_class not in thresholds.gpu_classes:
+        covered = list(thresholds.gpu_classes)
+        raise GateError(
+            f"perf thresholds cover the GPU classes {covered} (gpu_classes), not these results' {gpu_class!r}"
+        )
+    rules = thresholds.applicable(gpu_class)
     _check_timed(rules, head)
     findings = [
         *([] if selection else unmatched(thresholds, head)),
+        *removals(thresholds, base, head, selection),
         *availability(rules, base, head),
+        *invalid_times(base, head),
         *bounds(rules, head),
         *slowdowns(thresholds, rules, base, head),
         *orders(rules, head),
     ]
-    if not any(f.check == "slowdown" and f.ratio is not None for f in findings):
-        reason = "nothing was compared: no time_* case has a value at both base and head"
-        findings.append(Finding("gate", "-", "-", Verdict.FAIL, reason))
-    return findings
+    return findings + coverage(thresholds, base, head, findings)
 
 
 def unmatched(thresholds: Thresholds, head: Run) -> list[Finding]:
     return [
-        Finding("config", "perf thresholds", rule.label, Verdict.FAIL, f"{rule.label} matches no benchmark case")
-        for rule in thresholds.unmatched(list(head.measurements))
+        Finding("config", "perf thresholds", rule.label, Verdict.FAIL, message)
+        for rule, message in thresholds.unmatched(list(head.measurements))
     ]
+
+
+def removals(thresholds: Thresholds, base: Run, head: Run, selection: bool) -> list[Finding]:
+    """Cases of base's suite (or base's results) that head's suite lacks: the pull request removed them."""
+    removed = sorted((base.suite or frozenset()).union(base.measurements) - head.suite, key=lambda c: c.asv_id)
+    findings = [_removal(thresholds, case) for case in removed]
+    for glob in [] if selection else thresholds.removed:
+        if not any(fnmatch.fnmatchcase(case.asv_id, glob) for case in removed):
+            reason = f"removed glob {glob!r} matches no case this PR removes (drop it: the removal has landed)"
+            findings.append(Finding("config", "perf thresholds", "removed", Verdict.WARN, reason))
+    if base.suite is None:
+        reason = "cases removed by this PR cannot be seen: no --base-suite (base's benchmarks.json) given"
+        findings.append(Finding("removed", "-", "-", Verdict.WARN, reason))
+    return findings
+
+
+def _removal(thresholds: Thresholds, case: Case) -> Finding:
+    declared = next((glob for glob in thresholds.removed if fnmatch.fnmatchcase(case.asv_id, glob)), None)
+    if declared is None:
+        reason = "removed by this PR: in base's benchmark suite, not in head's (declare it in [defaults] removed)"
+        return Finding("removed", case.benchmark, case.label, Verdict.FAIL, reason)
+    reason = f"removed, declared in perf-thresholds.toml (removed glob {declared!r})"
+    return Finding("removed", case.benchmark, case.label, Verdict.WARN, reason)
 
 
 def _check_timed(rules: list[Rule], head: Run) -> None:
@@ -52,31 +86,78 @@ def _check_timed(rules: list[Rule], head: Run) -> None:
 
 
 def availability(rules: list[Rule], base: Run, head: Run) -> list[Finding]:
+    """Cases head's suite still has that head did not record, or recorded without a value."""
+    missing = [case for case in base.measurements if case in head.suite and case not in head.measurements]
+    gone = {case.benchmark for case in missing} - head.benchmarks
     findings = [
-        Finding("missing", name, "all cases", Verdict.FAIL, "present in base, missing in head")
-        for name in sorted(base.benchmarks - head.benchmarks)
+        Finding("missing", name, "all cases", Verdict.FAIL, "present in base, missing in head") for name in sorted(gone)
     ]
     findings += [
         Finding("missing", case.benchmark, case.label, Verdict.FAIL, "present in base, missing in head")
-        for case in base.measurements
-        if case.benchmark in head.benchmarks and case not in head.measurements
+        for case in missing
+        if case.benchmark not in gone
     ]
-    for case, m in head.measurements.items():
-        if m.value is None:
-            reason = "failed or timed out in head (asv recorded no value)"
-        elif not m.finite and not any(rule.may_skip and rule.matches(case) for rule in rules):
-            reason = f"head returned {m.value} (NaN: skipped, or an invalid measurement)"
-        else:
-            continue
-        findings.append(Finding("crashed", case.benchmark, case.label, Verdict.FAIL, reason))
+    findings += [
+        finding
+        for case, m in head.measurements.items()
+        if (finding := _unmeasured(rules, case, m, base.measurements.get(case), head.units.get(case.benchmark, "")))
+    ]
     return findings
+
+
+def _unmeasured(rules: list[Rule], case: Case, m: Measurement, b: Measurement | None, unit: str) -> Finding | None:
+    """A head value that is no measurement: failed, NaN where no rule expects it, or NaN where base measured."""
+    if m.value is None:
+        reason = "failed or timed out in head (asv recorded no value)"
+        return Finding("crashed", case.benchmark, case.label, Verdict.FAIL, reason)
+    if m.finite:
+        return None
+    if not any(rule.may_skip and rule.matches(case) for rule in rules):
+        reason = f"head returned {m.value} (NaN: skipped, or an invalid measurement)"
+        return Finding("crashed", case.benchmark, case.label, Verdict.FAIL, reason)
+    if b is not None and b.finite:
+        reason = f"measured at base ({human(b.value, unit)}), skipped at head (NaN)"
+        return Finding("skipped", case.benchmark, case.label, Verdict.FAIL, reason, base=b.value, unit=unit)
+    return None
+
+
+def invalid_times(base: Run, head: Run) -> list[Finding]:
+    """A time at or below 0 s is a broken timer, not a measurement: it fails, and is compared with nothing."""
+    findings = []
+    for case in sorted(base.measurements.keys() | head.measurements.keys(), key=lambda c: c.asv_id):
+        b, h = base.measurements.get(case), head.measurements.get(case)
+        bad = [f"at {role}: {why}" for role, m in (("base", b), ("head", h)) if (why := _not_a_time(case, m))]
+        if bad:
+            reason = f"non-positive time {'; '.join(bad)}: a broken timer, not a measurement"
+            findings.append(Finding(
+                "invalid", case.benchmark, case.label, Verdict.FAIL, reason,
+                base=b.value if b else None, head=h.value if h else None, unit="seconds",
+            ))  # fmt: skip
+    return findings
+
+
+def _not_a_time(case: Case, m: Measurement | None) -> str:
+    """What in a time_* measurement is at or below 0 s (its value, its samples), or "" when nothing is."""
+    if m is None or not case.timed:
+        return ""
+    bad = [f"value {m.value:g} s"] if m.finite and m.value <= 0 else []
+    samples = [s for s in m.samples or [] if s <= 0]
+    if samples:
+        shown = ", ".join(f"{s:g}" for s in samples[:3]) + (", ..." if len(samples) > 3 else "")
+        bad.append(f"{len(samples)} of {len(m.samples)} samples <= 0 s ({shown})")
+    return ", ".join(bad)
+
+
+def _usable(case: Case, m: Measurement | None) -> bool:
+    """A value to judge: finite, and a time where it must be one."""
+    return m is not None and m.finite and not _not_a_time(case, m)
 
 
 def bounds(rules: list[Rule], head: Run) -> list[Finding]:
     findings = []
     for rule in rules:
         for case, m in head.measurements.items():
-            if not (m.finite and rule.matches(case)):
+            if not (_usable(case, m) and rule.matches(case)):
                 continue
             unit = head.units.get(case.benchmark, "")
             if rule.min is not None:
@@ -101,10 +182,11 @@ def _bound(rule: Rule, case: Case, m: Measurement, unit: str, check: str, bound:
 
 
 def slowdowns(thresholds: Thresholds, rules: list[Rule], base: Run, head: Run) -> list[Finding]:
+    """Every time_* case head measured; one whose base time is not a time is reported by invalid_times."""
     return [
         _slowdown(thresholds, rules, case, base.measurements.get(case), h, head.units.get(case.benchmark, ""))
         for case, h in head.measurements.items()
-        if case.timed and h.finite
+        if case.timed and _usable(case, h) and not _not_a_time(case, base.measurements.get(case))
     ]
 
 
@@ -143,8 +225,8 @@ def orders(rules: list[Rule], head: Run) -> list[Finding]:
                 if other not in head.measurements:
                     raise GateError(f"perf thresholds: {rule.label}: no case ({other.label}) to compare with")
                 o = head.measurements[other]
-                if not (m.finite and o.finite):
-                    continue  # reported by availability
+                if not (_usable(case, m) and _usable(other, o)):
+                    continue  # reported by availability or invalid_times
                 findings.append(_order(rule, case, m, other, o, head.units.get(case.benchmark, "")))
     return findings
 
@@ -158,6 +240,26 @@ def _order(rule: Rule, case: Case, m: Measurement, other: Case, o: Measurement, 
         head=m.value, ratio=ratio, limit=f"not slower than ({other.label})", unit=unit, badness=ratio,
         remeasure=(("head", case.asv_id), ("head", other.asv_id)),
     )  # fmt: skip
+
+
+def coverage(thresholds: Thresholds, base: Run, head: Run, findings: list[Finding]) -> list[Finding]:
+    """Fail when nothing was compared, or less than min_compared of the time_* cases that head
+    measured and base's results hold (those not new in head)."""
+    compared = sum(1 for f in findings if f.check == "slowdown" and f.ratio is not None)
+    comparable = sum(
+        1 for case, m in head.measurements.items() if case.timed and m.finite and case in base.measurements
+    )
+    if compared == 0:
+        reason = "nothing was compared: no time_* case has a value at both base and head"
+    elif compared < thresholds.min_compared * comparable:
+        reason = (
+            f"only {compared} of the {comparable} time_* cases head measured and base's results hold were "
+            f"compared ({compared / comparable:.1%} < min_compared {thresholds.min_compared:.0%}): "
+            "the others have no valid time at base or head"
+        )
+    else:
+        return []
+    return [Finding("gate", "-", "-", Verdict.FAIL, reason)]
 
 
 def _stats(m: Measurement, case: Case, role: str) -> tuple[dict | None, list[float]]:

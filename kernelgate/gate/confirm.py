@@ -10,6 +10,7 @@ the gate only if it persists.
 import dataclasses
 import re
 import shlex
+import string
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,24 +18,58 @@ from collections.abc import Callable
 from kernelgate.gate import GateError
 from kernelgate.gate.findings import Finding, Verdict
 
-# Placeholders: {machine}, {commit}, {regex} (matches exactly the cases to re-run, as asv's --bench does).
+# Placeholders: {machine}; {regex}, matching exactly the cases to re-run, as asv's --bench does; and either
+# {commit}, the command then runs once per commit, or {base} and {head}, it then runs once for both.
 DEFAULT_CONFIRM_CMD = "asv run --machine {machine} --append-samples --show-stderr --bench {regex} {commit}^!"
+_PER_COMMIT = {"machine", "regex", "commit"}
+_BOTH_COMMITS = {"machine", "regex", "base", "head"}
+
+
+def runs_once(template: str) -> bool:
+    """Whether ``template`` re-measures both commits in one run ({base} {head}) rather than one run per {commit}."""
+    try:
+        shlex.split(template)
+        fields = {field for _, field, _, _ in string.Formatter().parse(template) if field is not None}
+    except ValueError as exc:
+        raise GateError(f"--confirm-cmd {template!r} is not a command template: {exc}") from exc
+    once = bool(fields & {"base", "head"})
+    if not fields <= (_BOTH_COMMITS if once else _PER_COMMIT) or not (once or "commit" in fields):
+        raise GateError(
+            f"--confirm-cmd {template!r}: placeholders {sorted(fields)}; expected {{machine}}, {{regex}} "
+            "and either {commit} or {base} {head}"
+        )
+    return once
 
 
 def remeasure(template: str, machine: str, commits: dict[str, str], suspects: list[Finding]) -> None:
-    """Run ``template`` once per commit that a suspect depends on (base before head)."""
+    """Run ``template`` on the commits the suspects depend on: once for both, or once per commit (base first)."""
     by_role: dict[str, set[str]] = {}
     for finding in suspects:
         for role, case_id in finding.remeasure:
             by_role.setdefault(role, set()).add(case_id)
+    if runs_once(template):
+        fields = {"machine": machine, **commits, "regex": _regex(set().union(*by_role.values()))}
+        _run(template, fields, "base and head")
+        return
     for role in ("base", "head"):
         if role in by_role:
-            regex = "^(?:" + "|".join(re.escape(case_id) for case_id in sorted(by_role[role])) + ")$"
-            fields = {"machine": machine, "commit": commits[role], "regex": regex}
-            argv = [token.format(**fields) for token in shlex.split(template)]
-            # Its output goes to stderr: stdout carries the report.
-            if subprocess.run(argv, stdout=sys.stderr, check=False).returncode != 0:
-                raise GateError(f"re-measurement of the {role} commit failed: {shlex.join(argv)}")
+            fields = {"machine": machine, "commit": commits[role], "regex": _regex(by_role[role])}
+            _run(template, fields, f"the {role} commit")
+
+
+def _regex(case_ids: set[str]) -> str:
+    return "^(?:" + "|".join(re.escape(case_id) for case_id in sorted(case_ids)) + ")$"
+
+
+def _run(template: str, fields: dict[str, str], what: str) -> None:
+    argv = [token.format(**fields) for token in shlex.split(template)]
+    try:
+        # Its output goes to stderr: stdout carries the report.
+        returncode = subprocess.run(argv, stdout=sys.stderr, check=False).returncode
+    except OSError as exc:
+        raise GateError(f"re-measurement of {what} could not start: {shlex.join(argv)}: {exc}") from exc
+    if returncode != 0:
+        raise GateError(f"re-measurement of {what} failed: {shlex.join(argv)}")
 
 
 def resolve(before: list[Finding], after: list[Finding]) -> list[Finding]:

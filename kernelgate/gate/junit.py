@@ -1,8 +1,9 @@
 """Correctness first: the tests must have run, and passed, on the machine that measured.
 
 Input: pytest's JUnit XML (``--junitxml``). Red when a file is missing or
-unreadable, holds no test, records a failure or an error, or records a GPU
-test skipped for want of a device.
+unreadable, holds no test, records a failure or an error, records only
+skipped tests (whatever the reason: nothing was tested), or records a GPU test
+skipped for want of a device.
 """
 
 import xml.etree.ElementTree as ET
@@ -33,6 +34,9 @@ def _finding(path: Path) -> Finding:
     gpu_skipped = [_name(c) for c in cases if GPU_SKIP_MARKER in _skip_message(c)]
     if failed:
         return _red(str(path), f"{len(failed)} of {len(cases)} tests failed or errored: {_some(failed)}")
+    if all(c.find("skipped") is not None for c in cases):
+        reasons = sorted({_skip_message(c).strip() or "no reason given" for c in cases})
+        return _red(str(path), f"all {len(cases)} tests were skipped: nothing was tested ({_some(reasons)})")
     if gpu_skipped:
         reason = f"{len(gpu_skipped)} GPU tests skipped (no device), so they ran nowhere: {_some(gpu_skipped)}"
         return _red(str(path), reason)

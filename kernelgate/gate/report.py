@@ -4,6 +4,7 @@ import collections
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 
 import matplotlib
@@ -15,6 +16,20 @@ from kernelgate.gate.findings import Finding, Outcome, Verdict, human, worst_fir
 
 SHOWN_ROWS = 60  # keeps a PR comment readable and under GitHub's 65536 characters; verdict.json has every row
 COLORS = {Verdict.FAIL: "tab:red", Verdict.WARN: "tab:orange", Verdict.CLEARED: "tab:blue", Verdict.PASS: "tab:green"}
+
+
+def publish(outcome: Outcome, out: Path) -> None:
+    """report.md and verdict.json first, then the console, the GitHub step summary and the plot."""
+    text = markdown(outcome)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(text, encoding="utf-8")
+    write_json(outcome, out / "verdict.json")
+    print(text)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    plot_ratios(outcome, out / "ratios.png")
 
 
 def markdown(outcome: Outcome) -> str:

@@ -1,7 +1,12 @@
 """perf-thresholds.toml: which limits apply to which benchmark cases.
 
     [defaults]
-    max_slowdown = 0.05   # every time_* case: head at most 5% slower than base
+    max_slowdown = 0.05             # every time_* case: head at most 5% slower than base
+    gpu_classes = ["H100", "H200"]  # the GPU classes the rules cover: results from another fail
+    removed = ["bench_x.Old.*"]     # optional: globs on asv case ids, ``name('value', ...)``, of the
+                                    # cases the pull request may remove; any other removal fails
+    min_compared = 0.9              # optional (default 0.9): the least fraction of the time_* cases
+                                    # head measured and base's results hold that must be compared
 
     [[rule]]
     why = "where the figure comes from"                 # required
@@ -18,7 +23,10 @@
     # and optionally:
     informational = true        # report a breach, never fail on it
 
-A rule that matches no benchmark case is a configuration error.
+A rule that matches no benchmark case is a configuration error, and so is one
+glob of a rule's params list, or one value of its not_slower_than list, that
+matches none; a rule's gpu_class must match one of gpu_classes. A removed glob
+that matches no removed case is only reported (the removal has landed).
 """
 
 import dataclasses
@@ -88,14 +96,37 @@ class Rule:
 @dataclasses.dataclass(frozen=True)
 class Thresholds:
     max_slowdown: float
+    gpu_classes: tuple[str, ...]
+    removed: tuple[str, ...]
+    min_compared: float
     rules: tuple[Rule, ...]
 
     def applicable(self, gpu_class: str) -> list[Rule]:
         return [rule for rule in self.rules if rule.applies_on(gpu_class)]
 
-    def unmatched(self, cases: list[Case]) -> list[Rule]:
-        """The rules matching none of ``cases``, whatever the GPU class: configuration errors that guard nothing."""
-        return [rule for rule in self.rules if not any(rule.matches(case) for case in cases)]
+    def unmatched(self, cases: list[Case]) -> list[tuple[Rule, str]]:
+        """What in the rules matches none of ``cases``, whatever the GPU class, as (rule, message): a whole
+        rule, one glob of a params list, one value of a not_slower_than list. Each guards nothing."""
+        known = set(cases)
+        found = []
+        for rule in self.rules:
+            matched = [case for case in cases if rule.matches(case)]
+            if not matched:
+                found.append((rule, f"{rule.label} matches no benchmark case"))
+                continue
+            found += [
+                (rule, f"{rule.label}: params {name} glob {glob!r} matches no benchmark case")
+                for name, globs in rule.params.items()
+                for glob in globs
+                if not any(fnmatch.fnmatchcase(case.value(name), glob) for case in matched)
+            ]
+            found += [
+                (rule, f"{rule.label}: not_slower_than {name} = {value!r} names no benchmark case")
+                for name, values in rule.not_slower_than.items()
+                for value in values
+                if not any(case.replaced({name: value}) in known for case in matched)
+            ]
+        return found
 
 
 def load_thresholds(path: Path) -> Thresholds:
@@ -103,16 +134,46 @@ def load_thresholds(path: Path) -> Thresholds:
         data = tomllib.loads(path.read_text())
     except OSError as exc:
         raise GateError(f"perf thresholds: cannot read {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise GateError(f"perf thresholds: {path} is not valid TOML: {exc}") from exc
     unknown = set(data) - {"defaults", "rule"}
     if unknown:
         raise GateError(f"perf thresholds: unknown top-level keys {sorted(unknown)} in {path}")
-    defaults = data.get("defaults", {})
-    if set(defaults) != {"max_slowdown"} or not _is_number(defaults["max_slowdown"]):
-        raise GateError(f"perf thresholds: {path} needs [defaults] with exactly max_slowdown = <number>")
-    rules = tuple(_rule(number, entry) for number, entry in enumerate(data.get("rule", []), start=1))
-    return Thresholds(float(defaults["max_slowdown"]), rules)
+    defaults = _defaults(data.get("defaults"), path)
+    entries = data.get("rule", [])
+    if not isinstance(entries, list):
+        raise GateError(f"perf thresholds: rule in {path} is not an array of tables ([[rule]])")
+    rules = tuple(_rule(number, entry) for number, entry in enumerate(entries, start=1))
+    thresholds = Thresholds(rules=rules, **defaults)
+    for rule in rules:
+        for glob in rule.gpu_class:
+            if not any(fnmatch.fnmatchcase(name, glob) for name in thresholds.gpu_classes):
+                covered = list(thresholds.gpu_classes)
+                raise GateError(f"perf thresholds: {rule.label}: gpu_class {glob!r} matches none of {covered}")
+    return thresholds
+
+
+def _defaults(table, path: Path) -> dict:
+    where = f"perf thresholds: [defaults] in {path}"
+    if not isinstance(table, dict) or not {"max_slowdown", "gpu_classes"} <= set(table):
+        raise GateError(f"perf thresholds: {path} needs [defaults] with max_slowdown = <number> and gpu_classes")
+    unknown = set(table) - {"max_slowdown", "gpu_classes", "removed", "min_compared"}
+    if unknown:
+        raise GateError(f"{where}: unknown keys {sorted(unknown)}")
+    max_slowdown, min_compared = table["max_slowdown"], table.get("min_compared", 0.9)
+    if not _is_number(max_slowdown) or max_slowdown < 0:
+        raise GateError(f"{where}: max_slowdown = {max_slowdown!r} is not a number >= 0")
+    if not _is_number(min_compared) or not 0 <= min_compared <= 1:
+        raise GateError(f"{where}: min_compared = {min_compared!r} is not a fraction between 0 and 1")
+    removed = table.get("removed", [])
+    if not isinstance(removed, list) or not all(isinstance(glob, str) for glob in removed):
+        raise GateError(f"{where}: removed = {removed!r} is not a list of strings")
+    return {
+        "max_slowdown": float(max_slowdown),
+        "gpu_classes": _strings(table["gpu_classes"], f"{where}: gpu_classes"),
+        "removed": tuple(removed),
+        "min_compared": float(min_compared),
+    }
 
 
 def _rule(number: int, entry: dict) -> Rule:

@@ -1,4 +1,4 @@
-"""What the numbers were measured on: GPU, driver and package versions.
+"""What the numbers were measured on: GPU, driver, clock and power settings, package versions.
 
 asv's machine file has no GPU field, so ``register_asv_machine`` adds these
 keys to the machine's entry; asv copies every machine key into the ``params``
@@ -25,25 +25,41 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-def _driver() -> str:
+# nvidia-smi's fields for the settings that change a GPU's timings, by device key: the driver, the
+# SM clock applications run at, the highest SM clock the GPU may boost to, and the power limit.
+NVIDIA_SMI_FIELDS = {
+    "gpu_driver": "driver_version",
+    "gpu_app_clock_sm": "clocks.applications.graphics",
+    "gpu_sm_clock_max": "clocks.max.sm",
+    "gpu_power_limit": "power.limit",
+}
+
+
+def _nvidia_smi() -> dict[str, str]:
+    """The first GPU's settings, in one call; "unknown" for all of them when nvidia-smi cannot say."""
+    query = ",".join(NVIDIA_SMI_FIELDS.values())
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
             capture_output=True, text=True, check=True, timeout=30,
         )  # fmt: skip
-        return out.stdout.strip().splitlines()[0]
+        values = [value.strip() for value in out.stdout.splitlines()[0].split(",")]
     except (OSError, subprocess.SubprocessError, IndexError):
-        return "unknown"
+        values = []
+    if len(values) != len(NVIDIA_SMI_FIELDS):
+        values = ["unknown"] * len(NVIDIA_SMI_FIELDS)
+    return dict(zip(NVIDIA_SMI_FIELDS, values, strict=True))
 
 
 def device_info() -> dict[str, str]:
     from kernelgate.kernels.device import gpu_class
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (Triton interpreter)"
+    settings = _nvidia_smi() if torch.cuda.is_available() else dict.fromkeys(NVIDIA_SMI_FIELDS, "none")
     return {
         "gpu": gpu,
         "gpu_class": gpu_class(gpu) if torch.cuda.is_available() else "interpreter",
-        "gpu_driver": _driver() if torch.cuda.is_available() else "none",
+        **settings,
         "cuda": torch.version.cuda or "none",
         "torch": torch.__version__,
         "triton": _version("triton"),
