@@ -112,7 +112,20 @@ FAKE_SUITE = """
 import json
 import os
 
-CALLS = []
+NOW = [0.0]
+
+
+def fake_clock():
+    # Advances FAKE_TICK seconds per sample: a sample reads the clock twice.
+    NOW[0] += float(os.environ.get("FAKE_TICK", "1e-5")) / 2
+    return NOW[0]
+
+
+class Ticks:
+    timer = staticmethod(fake_clock)
+
+    def time_tick(self):
+        pass
 
 
 class Fast:
@@ -158,8 +171,8 @@ def fake_tree(tmp_path):
     return tree
 
 
-def _side(role, tree, tmp_path):
-    return bench.Side(role, role[0] * 40, tree, Path(sys.executable), {}, tmp_path / f"{role}.log")
+def _side(role, tree, tmp_path, env=None):
+    return bench.Side(role, role[0] * 40, tree, Path(sys.executable), env or {}, tmp_path / f"{role}.log")
 
 
 def test_interleaved_measurement_of_both_commits(fake_tree, tmp_path):
@@ -289,3 +302,49 @@ def test_shards_of_another_run_or_runner_fail_the_merge(tmp_path):
     dataclasses.replace(plan, head="d" * 40).save(two)
     with pytest.raises(check.CheckError, match="another run"):
         check.merge_shards([one, two], tmp_path / "merged")
+
+
+JUNIT = '<testsuite tests="1"><testcase classname="t" name="test_kernel"/></testsuite>'
+THRESHOLDS = """
+[defaults]
+max_slowdown = 0.05
+gpu_classes = ["H100"]
+"""
+
+
+@pytest.mark.parametrize(("head_tick", "code"), [("1e-5", 0), ("1.2e-5", 1)])
+def test_measured_results_are_what_the_gate_judges(fake_tree, tmp_path, head_tick, code):
+    """Interleaved measurement, asv result files, the gate: equal ticks pass, a 20% slower head fails."""
+    from kernelgate.gate.__main__ import main as gate_main
+
+    sides = [
+        _side("base", fake_tree, tmp_path, {"FAKE_TICK": "1e-5"}),
+        _side("head", fake_tree, tmp_path, {"FAKE_TICK": head_tick}),
+    ]
+    workers = {s.role: bench.Worker(s) for s in sides}
+    try:
+        suites = bench.discover(workers)
+    finally:
+        for w in workers.values():
+            w.close()
+    cases = check.chosen_cases(suites, [r"^bench_fake\.Ticks\."])
+    # 10 samples a commit: fewer cannot reach asv's significance level (p < 0.002) even when apart.
+    records = bench.measure(sides, cases, rounds=2, samples=5)
+    out = tmp_path / "out"
+    for role in suites:
+        results.write_suite(out / "suites" / f"{role}.json", suites[role])
+    machine = {"machine": "h100-test", "gpu": "NVIDIA H100", "gpu_class": "H100", "python": "3.11", "version": 1}
+    ids = [c.id for c in cases["head"]]
+    plan = check.Plan("a" * 40, "b" * 40, machine, ["g"], {}, (1, 1), [], [], dates={"base": 0, "head": 1000})
+    plan.cases = {"base": ids, "head": ids}
+    check.write_results(plan, out, records)
+    (tmp_path / "tests.xml").write_text(JUNIT)
+    (tmp_path / "thresholds.toml").write_text(THRESHOLDS)
+    argv = ["--base", "a" * 40, "--head", "b" * 40, "--machine", "h100-test", "--results-dir", str(out / "results"),
+            "--cases", str(out / "cases.json"), "--base-suite", str(out / "suites" / "base.json"),
+            "--thresholds", str(tmp_path / "thresholds.toml"), "--junit", str(tmp_path / "tests.xml"),
+            "--out", str(tmp_path / "gate"), "--no-confirm"]  # fmt: skip
+    assert gate_main(argv) == code
+    verdict = json.loads((tmp_path / "gate" / "verdict.json").read_text())
+    (row,) = [f for f in verdict["findings"] if f["check"] == "slowdown"]
+    assert row["case"] == "-" and row["ratio"] == pytest.approx(float(head_tick) / 1e-5)

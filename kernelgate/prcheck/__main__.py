@@ -40,6 +40,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.add_argument("--head", required=True, help="head commit or ref")
         parser.add_argument("--full", metavar="REASON", help="run every group (e.g. a label or main's history)")
         parser.add_argument("--shard", type=shard_arg, default=(1, 1), metavar="K/N", help="this runner's share")
+        parser.add_argument("--bench", metavar="REGEX", help="only the selected benchmark cases this also matches")
+        parser.add_argument(
+            "--skip-tests", action="store_true", help="calibration runs: no GPU tests, so the verdict cannot pass"
+        )
         parser.add_argument("--work", type=Path, default=DEFAULT_WORK, help="worktrees and environments")
         cache = Path(os.environ.get("KERNELGATE_CACHE", DEFAULT_WORK / "cache"))
         parser.add_argument(
@@ -129,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
         plan = check.prepare(args, steps)
         if not plan.groups:
             return finish(out, plan, steps, None, 0)
-        check.run_tests(plan, out, steps)
+        if not args.skip_tests:
+            check.run_tests(plan, out, steps)
         check.warm_up(plan, steps)
         records = check.measure(plan, out, steps)
         (out / "measurements.json").write_text(json.dumps(records))

@@ -178,8 +178,11 @@ def prepare(args, steps: Steps) -> Plan:
         role: int(git("show", "-s", "--format=%ct", commit).strip()) * 1000
         for role, commit in (("base", base), ("head", head))
     }
+    benchmarks = chosen.benchmarks(groups)
+    if args.bench:  # narrowed by hand: every selected pattern, and this one too
+        benchmarks = [f"(?={pattern})(?=.*?{args.bench})" for pattern in benchmarks]
     return Plan(base, head, machine, list(chosen.groups), chosen.reasons, args.shard,
-                chosen.tests(groups), chosen.benchmarks(groups), sides, dates)  # fmt: skip
+                chosen.tests(groups), benchmarks, sides, dates)  # fmt: skip
 
 
 def run_tests(plan: Plan, out: Path, steps: Steps) -> None:
