@@ -60,6 +60,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.add_argument("--regex", required=True, help="the case ids to measure again")
     args = parser.parse_args(rest)
     args.command = command
+    for name in ("out", "work", "cache"):  # the steps run in other folders (each commit's checkout)
+        if hasattr(args, name):
+            setattr(args, name, getattr(args, name).resolve())
     return args
 
 
