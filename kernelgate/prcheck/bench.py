@@ -72,6 +72,7 @@ class Case:
 class Worker:
     def __init__(self, side: Side):
         self.side = side
+        side.log.parent.mkdir(parents=True, exist_ok=True)
         self.log = side.log.open("a")
         env = {**os.environ, **side.env, "PYTHONUNBUFFERED": "1"}
         argv = [str(side.python), "-P", str(WORKER), str(side.tree / "benchmarks")]
