@@ -68,8 +68,7 @@ def _check_args(args: argparse.Namespace) -> None:
             raise GateError(f"--{option} {value!r} is not a commit hash (8 to 40 lowercase hex digits)")
     if args.base.startswith(args.head) or args.head.startswith(args.base):
         raise GateError(f"base and head are the same commit ({args.head}): nothing would be compared")
-    if args.cases is not None:
-        args.bench = [*args.bench, *(f"^{re.escape(case)}$" for case in _case_ids(args.cases))]
+    args.case_ids = frozenset(_case_ids(args.cases)) if args.cases is not None else frozenset()
     for pattern in args.bench:
         try:
             re.compile(pattern)
@@ -89,6 +88,11 @@ def _case_ids(path: Path) -> list[str]:
     return ids
 
 
+def _selection(args: argparse.Namespace) -> bool:
+    """Whether only part of the suite is judged (--bench, --cases)."""
+    return bool(args.bench or args.case_ids)
+
+
 def judge(args: argparse.Namespace) -> Outcome:
     correctness = junit.correctness(args.junit)
     outcome = Outcome(args.machine, args.base, args.head, findings=tuple(correctness))
@@ -99,9 +103,9 @@ def judge(args: argparse.Namespace) -> Outcome:
 
         def rerun(suspects: list[Finding]) -> list[Finding]:
             remeasure(args.confirm_cmd, args.machine, {"base": base.commit, "head": head.commit}, suspects)
-            return evaluate(thresholds, *_load(args), selection=bool(args.bench))
+            return evaluate(thresholds, *_load(args), selection=_selection(args))
 
-        findings = correctness + evaluate(thresholds, base, head, selection=bool(args.bench))
+        findings = correctness + evaluate(thresholds, base, head, selection=_selection(args))
         if not args.no_confirm:
             findings = confirmed(findings, rerun)
     except GateError as exc:
@@ -111,8 +115,8 @@ def judge(args: argparse.Namespace) -> Outcome:
 
 def _load(args: argparse.Namespace) -> tuple[Run, Run]:
     base, head = load_runs(args.results_dir, args.machine, args.base, args.head, args.base_suite)
-    if args.bench:
-        base, head = base.selected(args.bench), head.selected(args.bench)
+    if _selection(args):
+        base, head = base.selected(args.bench, args.case_ids), head.selected(args.bench, args.case_ids)
         if not head.measurements:
             chosen = f"--cases {args.cases}" if args.cases else f"--bench {args.bench}"
             raise GateError(f"{chosen} selects no benchmark case of the head results")

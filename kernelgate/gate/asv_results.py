@@ -101,11 +101,12 @@ class Run:
     def benchmarks(self) -> set[str]:
         return {case.benchmark for case in self.measurements}
 
-    def selected(self, patterns: list[str]) -> "Run":
-        """Only the cases asv's ``--bench`` would select with these regexes."""
+    def selected(self, patterns: list[str], ids: frozenset[str] = frozenset()) -> "Run":
+        """Only the cases asv's ``--bench`` would select with these regexes, and those named in ``ids``."""
+        compiled = [re.compile(p) for p in patterns]
 
         def chosen(case: Case) -> bool:
-            return any(re.search(p, case.asv_id) for p in patterns)
+            return case.asv_id in ids or any(p.search(case.asv_id) for p in compiled)
 
         kept = {c: m for c, m in self.measurements.items() if chosen(c)}
         suite = None if self.suite is None else frozenset(filter(chosen, self.suite))

@@ -142,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         records = check.measure(plan, out, steps)
         (out / "measurements.json").write_text(json.dumps(records))
         check.write_results(plan, out, records)
+        plan.save(out)  # the gate's re-measurement reads it
         code = check.gate(plan, out, check.junit_files(out), confirm=True, steps=steps)
     except (CheckError, bench.WorkerError, selection.SelectionError, OSError, subprocess.SubprocessError) as exc:
         return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)

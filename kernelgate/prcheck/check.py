@@ -180,7 +180,7 @@ def prepare(args, steps: Steps) -> Plan:
     }
     benchmarks = chosen.benchmarks(groups)
     if args.bench:  # narrowed by hand: every selected pattern, and this one too
-        benchmarks = [f"(?={pattern})(?=.*?{args.bench})" for pattern in benchmarks]
+        benchmarks = [f"(?={pattern})(?=.*?(?:{args.bench}))" for pattern in benchmarks]
     return Plan(base, head, machine, list(chosen.groups), chosen.reasons, args.shard,
                 chosen.tests(groups), benchmarks, sides, dates)  # fmt: skip
 
