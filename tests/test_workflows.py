@@ -1,5 +1,6 @@
 """The GitHub workflows, checked offline: GitHub's schema (check-jsonschema), a security audit (zizmor),
-action pins, and the nox sessions they call. Both tools are test dependencies: missing means failed."""
+actionlint, action pins, and the nox sessions they call. The tools are test dependencies: missing means
+failed. And the repository's own CI runs the README's commands as written."""
 
 import ast
 import os
@@ -64,6 +65,16 @@ def test_zizmor_finds_nothing_from_medium_up():
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_no_finding_is_silenced_inline(workflow):
+    assert "zizmor: ignore" not in workflow.read_text(), "justify a finding in docs/security.md instead"
+
+
+def test_actionlint_passes_with_the_runner_labels_declared():
+    linted = subprocess.run([tool("actionlint")], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
 @pytest.mark.parametrize(
     ("checker", "workflow"),
     [
@@ -125,4 +136,21 @@ def test_every_nox_session_called_exists(workflow):
 
 def test_nox_sessions_are_called():
     called = {s for w in WORKFLOWS for s in NOX_CALL.findall(w.read_text())}
-    assert called >= {"lint", "tests", "bench", "gate"}
+    assert called >= {"lint", "tests", "bench", "pr-check"}
+
+
+def test_the_gpu_jobs_only_gpu_work_is_one_command():
+    """What runs on a GPU runner is a nox session a developer can run by hand, nothing else."""
+    for workflow, job, session in (("gpu-pr.yml", "gpu", "pr-check"), ("main.yml", "benchmark", "bench")):
+        steps = load(ROOT / ".github" / "workflows" / workflow)["jobs"][job]["steps"]
+        sessions = [name for step in steps for name in NOX_CALL.findall(step.get("run", ""))]
+        assert sessions == [session], f"{workflow}: {sessions}"
+
+
+def test_ci_runs_the_readme_commands_as_written():
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"^(python3 -m pip install nox && nox -s bench|nox -s tests)\b", readme, re.MULTILINE)
+    assert sorted(set(commands)) == ["nox -s tests", "python3 -m pip install nox && nox -s bench"], commands
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    for command in commands:
+        assert command in ci, f".ci/run does not run the README's {command!r} as written"
