@@ -93,6 +93,25 @@ def attention_rows(values: dict) -> list[dict]:
     return rows
 
 
+# A row is worth a line when asv recorded one of these for it.
+MEASURED = ("time_us", "speedup_torch", "speedup_fa2", "gbps", "tflops", "pct_peak")
+
+
+def measured(rows: list[dict]) -> list[dict]:
+    """The rows with a value for some MEASURED key: a case whose benchmarks all failed or were skipped has none."""
+    return [r for r in rows if any(r.get(k) is not None for k in MEASURED)]
+
+
+def peak_lines(values: dict) -> list[str]:
+    """The device peaks the % columns are read against, as this run measured them."""
+    copy_peak = _value(values, f"{DEVICE}.track_copy_peak", ())
+    matmul_peak = _value(values, f"{DEVICE}.track_bf16_matmul_peak", ())
+    return [
+        f"copy peak: {copy_peak:.0f} GB/s" if copy_peak else "copy peak: not in this run (not selected)",
+        *([f"bf16 matmul peak: {matmul_peak:.0f} TFLOP/s"] if matmul_peak else []),
+    ]
+
+
 COLUMNS = [
     ("kernel", "kernel", "{}"),
     ("case", "case", "{}"),
@@ -184,8 +203,7 @@ def summarize(results_dir: Path, machine: str, commit: str, out_dir: Path) -> tu
     values, params = load_values(results_dir, machine, commit)
     if not values:
         raise SystemExit(f"no asv results for machine {machine!r} at commit {commit[:8]} in {results_dir}")
-    measured = ("time_us", "speedup_torch", "speedup_fa2", "gbps", "tflops", "pct_peak")
-    rows = [r for r in layer_norm_rows(values) + attention_rows(values) if any(r.get(k) is not None for k in measured)]
+    rows = measured(layer_norm_rows(values) + attention_rows(values))
     versions = f"torch {params.get('torch', '?')}, triton {params.get('triton', '?')}, commit {commit[:8]}"
     if params.get("gpu_class") == "interpreter":
         rows = smoke_rows([r for r in rows if r["kernel"].startswith("layer_norm/")])
@@ -196,13 +214,10 @@ def summarize(results_dir: Path, machine: str, commit: str, out_dir: Path) -> tu
         ]
         title, panels = f"smoke run (Triton interpreter, CPU) @ {commit[:8]}: not GPU performance", SMOKE_PANELS
     else:
-        copy_peak = _value(values, f"{DEVICE}.track_copy_peak", ())
-        matmul_peak = _value(values, f"{DEVICE}.track_bf16_matmul_peak", ())
         header = [
             f"GPU: {params.get('gpu', '?')} (driver {params.get('gpu_driver', '?')}, CUDA {params.get('cuda', '?')}), "
             + versions,
-            f"copy peak: {copy_peak:.0f} GB/s" if copy_peak else "copy peak: not in this run (not selected)",
-            f"bf16 matmul peak: {matmul_peak:.0f} TFLOP/s" if matmul_peak else "",
+            *peak_lines(values),
         ]
         title, panels = f"{params.get('gpu', machine)} @ {commit[:8]}", GPU_PANELS
     if not rows:
