@@ -51,7 +51,7 @@ def lock_pin(name: str) -> str:
 
 
 def install(session: nox.Session, *extras: str) -> str:
-    """Make the checkout importable in this session; returns the Python to run."""
+    """Make the checkout importable in the session; returns the Python to run."""
     if session.venv_backend == "none":
         return str(overlay(sys.executable, ROOT, ROOT / ".nox" / f"{session.name}-overlay"))
     if has_gpu():
@@ -78,7 +78,7 @@ def gpu_or_smoke(session: nox.Session) -> bool:
 def lint(session: nox.Session) -> None:
     """ruff: lint and formatting."""
     if session.venv_backend != "none":
-        session.install("ruff")
+        session.install("ruff==0.17.6")  # the version .pre-commit-config.yaml runs
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
@@ -176,7 +176,7 @@ def pr_check(session: nox.Session) -> None:
     """
     python = install(session, "test", "bench", "attention")
     # Each commit's environment is an overlay of the runner's packages: the current interpreter's
-    # under --no-venv, this session's virtualenv otherwise.
+    # under --no-venv, the session's virtualenv otherwise.
     runner = sys.executable if session.venv_backend == "none" else python
     session.run(
         python, "-m", "kernelgate.prcheck", *session.posargs, env={"KERNELGATE_RUNNER_PYTHON": runner}, external=True

@@ -51,7 +51,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         )
         runner = os.environ.get("KERNELGATE_RUNNER_PYTHON", sys.executable)
         parser.add_argument("--runner-python", default=runner, help="the provisioned runner environment's Python")
-        parser.add_argument("--allow-no-gpu", action="store_true", help=argparse.SUPPRESS)  # CPU tests of the check
     elif command == "merge":
         parser.add_argument("shards", type=Path, nargs="+", help="the shards' output folders")
     else:

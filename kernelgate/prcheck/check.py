@@ -146,7 +146,7 @@ def prepare(args, steps: Steps) -> Plan:
     """The environment and selection steps."""
     out = args.out
     with steps("environment"):
-        if not has_gpu() and not args.allow_no_gpu:
+        if not has_gpu():
             raise CheckError(NO_GPU_GROUPS)
         repo = Path(git("rev-parse", "--show-toplevel").strip())
         base, head = resolve(args.base), resolve(args.head)
@@ -207,7 +207,7 @@ def warm_up(plan: Plan, steps: Steps) -> None:
             subprocess.run(argv, cwd=side.tree, env={**os.environ, **side.env}, check=False)
 
 
-def measure(plan: Plan, out: Path, steps: Steps, patterns: list[str] | None = None) -> dict:
+def measure(plan: Plan, out: Path, steps: Steps) -> dict:
     """Discover both suites, choose this shard's cases and measure them; returns the records."""
     with steps("benchmarks"):
         sides = [plan.side("base"), plan.side("head")]
@@ -219,7 +219,7 @@ def measure(plan: Plan, out: Path, steps: Steps, patterns: list[str] | None = No
                 worker.close()
         for role, suite in suites.items():
             results.write_suite(out / "suites" / f"{role}.json", suite)
-        chosen = chosen_cases(suites, patterns or plan.benchmarks)
+        chosen = chosen_cases(suites, plan.benchmarks)
         k, n = plan.shard
         mine = set(bench.shard(sorted(set(chosen["base"]) | set(chosen["head"])), n)[k - 1])
         cases = {role: [c for c in role_cases if c in mine] for role, role_cases in chosen.items()}
