@@ -177,12 +177,7 @@ def _side(role, tree, tmp_path, env=None):
 
 def test_interleaved_measurement_of_both_commits(fake_tree, tmp_path):
     sides = [_side("base", fake_tree, tmp_path), _side("head", fake_tree, tmp_path)]
-    workers = {s.role: bench.Worker(s) for s in sides}
-    try:
-        suites = bench.discover(workers)
-    finally:
-        for w in workers.values():
-            w.close()
+    suites = bench.discover(sides)
     chosen = check.chosen_cases(suites, [r"^bench_fake\."])
     assert {c.kind for c in chosen["base"]} == {"time"}, "base runs only what is compared"
     tracked = [c for c in chosen["head"] if c.kind == "track"]
@@ -214,12 +209,8 @@ def test_a_worker_that_cannot_load_the_suite_is_an_error(tmp_path):
     tree = tmp_path / "tree"
     (tree / "benchmarks").mkdir(parents=True)
     (tree / "benchmarks" / "__init__.py").write_text("raise ImportError('broken suite')\n")
-    workers = {"head": bench.Worker(_side("head", tree, tmp_path))}
-    try:
-        with pytest.raises(bench.WorkerError, match="did not load"):
-            bench.discover(workers)
-    finally:
-        workers["head"].close()
+    with pytest.raises(bench.WorkerError, match="did not load"):
+        bench.discover([_side("head", tree, tmp_path)])
 
 
 # --- merging shards --------------------------------------------------------------------------------
@@ -321,12 +312,7 @@ def test_measured_results_are_what_the_gate_judges(fake_tree, tmp_path, head_tic
         _side("base", fake_tree, tmp_path, {"FAKE_TICK": "1e-5"}),
         _side("head", fake_tree, tmp_path, {"FAKE_TICK": head_tick}),
     ]
-    workers = {s.role: bench.Worker(s) for s in sides}
-    try:
-        suites = bench.discover(workers)
-    finally:
-        for w in workers.values():
-            w.close()
+    suites = bench.discover(sides)
     cases = check.chosen_cases(suites, [r"^bench_fake\.Ticks\."])
     # 10 samples a commit: fewer cannot reach asv's significance level (p < 0.002) even when apart.
     records = bench.measure(sides, cases, rounds=2, samples=5)

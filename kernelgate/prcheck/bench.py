@@ -150,17 +150,22 @@ def shard(cases: list[Case], count: int) -> list[list[Case]]:
     return [sorted(s) for s in shards]
 
 
-def discover(workers: dict[str, Worker]) -> dict[str, dict[str, dict]]:
-    """Each commit's own suite, by benchmark name."""
-    for worker in workers.values():
-        worker.send("discover")
-    suites = {}
-    for role, worker in workers.items():
-        reply = worker.receive()
-        if "error" in reply:
-            raise WorkerError(f"{role}: the asv suite did not load:\n{reply['error']}")
-        suites[role] = {b["name"]: b for b in reply["benchmarks"]}
-    return suites
+def discover(sides: list[Side]) -> dict[str, dict[str, dict]]:
+    """Each commit's own suite, by benchmark name (its workers load it side by side)."""
+    workers = {side.role: Worker(side) for side in sides}
+    try:
+        for worker in workers.values():
+            worker.send("discover")
+        suites = {}
+        for role, worker in workers.items():
+            reply = worker.receive()
+            if "error" in reply:
+                raise WorkerError(f"{role}: the asv suite did not load:\n{reply['error']}")
+            suites[role] = {b["name"]: b for b in reply["benchmarks"]}
+        return suites
+    finally:
+        for worker in workers.values():
+            worker.close()
 
 
 def _time_case(case: Case, workers: dict[str, Worker], rounds: int, samples: int) -> dict[str, dict]:

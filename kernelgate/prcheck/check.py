@@ -211,12 +211,7 @@ def measure(plan: Plan, out: Path, steps: Steps) -> dict:
     """Discover both suites, choose this shard's cases and measure them; returns the records."""
     with steps("benchmarks"):
         sides = [plan.side("base"), plan.side("head")]
-        workers = {s.role: bench.Worker(s) for s in sides}
-        try:
-            suites = bench.discover(workers)
-        finally:
-            for worker in workers.values():
-                worker.close()
+        suites = bench.discover(sides)
         for role, suite in suites.items():
             results.write_suite(out / "suites" / f"{role}.json", suite)
         chosen = chosen_cases(suites, plan.benchmarks)
