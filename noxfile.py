@@ -94,10 +94,12 @@ def tests(session: nox.Session) -> None:
     session.log("GPU found: GPU tests run and must pass" if gpu else "no GPU: GPU tests will SKIP")
     junit = os.environ.get("KERNELGATE_JUNIT_DIR")  # one JUnit XML per pytest run, for the gate
     report = lambda name: [f"--junitxml={Path(junit) / name}.xml"] if junit else []
-    parallel = ["-n", "auto", "--dist", "loadfile"]
-    interpreted = ["-m", "kernel", *parallel, *report("interpreter"), *session.posargs]
+    # Interpreted tests spread one by one (most live in one file); compiled ones by file, so that a
+    # module's ahead-of-time compiles happen once.
+    interpreted = ["-m", "kernel", "-n", "auto", *report("interpreter"), *session.posargs]
     session.run(python, "-m", "pytest", *interpreted, env={"TRITON_INTERPRET": "1"}, external=True)
-    compiled = [*(["--require-gpu"] if gpu else []), *parallel, *report("compiled"), *session.posargs]
+    gpu_args = ["--require-gpu"] if gpu else []
+    compiled = [*gpu_args, "-n", "auto", "--dist", "loadfile", *report("compiled"), *session.posargs]
     session.run(python, "-m", "pytest", *compiled, external=True)
 
 
