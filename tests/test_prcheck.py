@@ -229,6 +229,7 @@ def _shard(tmp_path: Path, k: int, n: int, cases: dict, records: dict) -> Path:
     machine = {"machine": f"h100-host{k}", "gpu": "NVIDIA H100", "gpu_class": "H100", "cuda": "13.0", "python": "3.11"}
     plan = check.Plan("b" * 40, "c" * 40, machine, ["g"], {"g": ["x"]}, (k, n), [], [r"^bench_a\."], cases=cases)
     plan.dates = {"base": 0, "head": 1000}
+    plan.steps = [["benchmarks", 4.0, "ok"]]
     plan.save(out)
     (out / "measurements.json").write_text(json.dumps(records))
     return out
@@ -259,6 +260,25 @@ def test_shards_merge_into_one_run(tmp_path):
     assert plan.machine["machine"] == "h100-shards", "shards run on several hosts; the verdict is the GPU class's"
     assert json.loads((out / "cases.json").read_text()) == [S1, S2]
     assert len(list((out / "results" / "h100-shards").glob("*-pr-check.json"))) == 2
+
+
+def test_the_merge_command_judges_the_shards_and_reports(tmp_path):
+    from kernelgate.prcheck.__main__ import main as prcheck_main
+
+    one, two = _two_shards(tmp_path)
+    for shard in (one, two):
+        (shard / "trusted" / "perf-thresholds.toml").write_text(THRESHOLDS)
+        (shard / "junit").mkdir()
+        (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
+    assert prcheck_main(["merge", "--out", str(tmp_path / "verdict"), str(one), str(two)]) == 0
+    report = (tmp_path / "verdict" / "report.md").read_text()
+    assert report.startswith("# PR check ✅ passed") and "The verdict on all 2 shards, merged." in report
+    assert "| shard 2: benchmarks | 4.0 | ok |" in report, "each shard's steps, then the merge's"
+    assert json.loads((tmp_path / "verdict" / "gate" / "verdict.json").read_text())["passed"]
+
+    assert prcheck_main(["merge", "--out", str(tmp_path / "missing"), str(one)]) == 2
+    assert "expected shards 1..2 once each" in (tmp_path / "missing" / "report.md").read_text()
+    assert json.loads((tmp_path / "missing" / "gate" / "verdict.json").read_text())["exit_code"] == 2
 
 
 def test_a_missing_shard_fails_the_merge(tmp_path):

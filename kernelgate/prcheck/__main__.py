@@ -65,7 +65,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: int) -> str:
+def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: int, earlier: list) -> str:
     verdict = {0: "✅ passed", 1: "❌ FAILED"}.get(code, "❌ could not evaluate")
     lines = [f"# PR check {verdict}", ""]
     if plan is not None:
@@ -78,7 +78,9 @@ def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: 
             "",
         ]
         k, n = plan.shard
-        if n > 1:
+        if k == 0:
+            lines += [f"The verdict on all {n} shards, merged.", ""]
+        elif n > 1:
             lines += [f"Shard {k} of {n}: its cases only; the merged verdict judges them all.", ""]
         lines += ["## What ran, and why", ""]
         lines += [
@@ -93,7 +95,7 @@ def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: 
     gate_report = out / "gate" / "report.md"
     if gate_report.is_file():
         lines += [gate_report.read_text()]
-    lines += ["## Steps", "", steps.table(), ""]
+    lines += ["## Steps", "", steps.table(earlier), ""]
     text = "\n".join(lines)
     (out / "report.md").write_text(text)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -114,14 +116,15 @@ def _threshold_changes(plan: Plan) -> str:
 
 
 def finish(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: int) -> int:
+    earlier = plan.steps if plan is not None and plan.shard[0] == 0 else []  # a merge: the shards' steps
     if plan is not None:
-        plan.steps = steps.times
+        plan.steps = [*earlier, *steps.times]
         plan.save(out)
     if error and not (out / "gate" / "verdict.json").is_file():
         (out / "gate").mkdir(parents=True, exist_ok=True)
         verdict = {"passed": False, "exit_code": 2, "error": error, "findings": []}
         (out / "gate" / "verdict.json").write_text(json.dumps(verdict, indent=2))
-    print("\n" + report(out, plan, steps, error, code), flush=True)
+    print("\n" + report(out, plan, steps, error, code, earlier), flush=True)
     print(f"report: {out / 'report.md'}", flush=True)
     return code
 

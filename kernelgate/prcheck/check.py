@@ -53,10 +53,11 @@ class Steps:
             self.times.append((name, seconds, outcome))
             print(f"<== {name}: {outcome}, {seconds:.1f} s", flush=True)
 
-    def table(self) -> str:
-        rows = [f"| {name} | {seconds:.1f} | {outcome} |" for name, seconds, outcome in self.times]
-        total = time.perf_counter() - self.start
-        return "\n".join(["| step | seconds | outcome |", "|---|---|---|", *rows, f"| **total** | **{total:.1f}** | |"])
+    def table(self, earlier: list | None = None) -> str:
+        """The steps' times, after ``earlier`` ones (the shards' steps, in a merge)."""
+        rows = [f"| {name} | {seconds:.1f} | {outcome} |" for name, seconds, outcome in [*(earlier or []), *self.times]]
+        total = f"| **total{', this run' if earlier else ''}** | **{time.perf_counter() - self.start:.1f}** | |"
+        return "\n".join(["| step | seconds | outcome |", "|---|---|---|", *rows, total])
 
 
 def git(*args: str, cwd: Path | None = None) -> str:
@@ -117,7 +118,7 @@ class Plan:
     machine: dict
     groups: list[str]
     reasons: dict[str, list[str]]
-    shard: tuple[int, int]
+    shard: tuple[int, int]  # (K, N): this run's share of N; (0, N): the merge of N shards
     tests: list[str]
     benchmarks: list[str]
     sides: dict[str, dict] = dataclasses.field(default_factory=dict)
@@ -322,7 +323,8 @@ def merge_shards(shard_dirs: list[Path], out: Path) -> Plan:
             shutil.copy(xml, out / "junit" / f"shard-{p.shard[0]}-{xml.name}")
     machine = {**first.machine, "machine": f"{first.machine['gpu_class'].lower()}-shards"}
     cases = {role: sorted(records[role]) for role in records}
-    plan = dataclasses.replace(first, machine=machine, cases=cases, steps=[s for p in plans for s in p.steps])
+    steps = [[f"shard {p.shard[0]}: {name}", *rest] for p in plans for name, *rest in p.steps]
+    plan = dataclasses.replace(first, machine=machine, shard=(0, count), cases=cases, steps=steps)
     (out / "measurements.json").write_text(json.dumps(records))
     write_results(plan, out, records)
     return plan
