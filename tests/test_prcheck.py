@@ -101,9 +101,18 @@ def test_every_case_lands_in_exactly_one_shard(count):
     flat = [c for s in shards for c in s]
     assert sorted(flat) == sorted(cases), "each case exactly once"
     assert bench.shard(list(reversed(cases)), count) == shards, "the same split whatever the order"
-    for s in shards:  # a metrics unit (its variants, all its track methods) stays in one shard
-        units = {c.unit for c in s if c.kind == "track"}
+    for s in shards:  # a unit stays in one shard: a case's variants, all its track methods
+        units = {c.unit for c in s}
         assert all(c in s for c in cases if c.unit in units)
+
+
+def test_a_time_case_shares_its_shard_with_its_other_implementations():
+    """The gate's ordering rules (tma not slower than region) compare them within a shard."""
+    cases = _cases()
+    for shard_cases in bench.shard(cases, 3):
+        for case in shard_cases:
+            siblings = [c for c in cases if c.benchmark == case.benchmark and c.params[:-1] == case.params[:-1]]
+            assert all(c in shard_cases for c in siblings), case.id
 
 
 # --- the worker and the interleaved measurement ----------------------------------------------------

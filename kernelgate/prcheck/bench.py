@@ -62,11 +62,11 @@ class Case:
 
     @property
     def unit(self) -> tuple[str, ...]:
-        """What is measured together: a time case alone; a track case with the cases of its class
-        that share all but the last parameter (a metrics class measures a case's variants at once)."""
-        if self.kind == "time":
-            return (self.id,)
-        return (self.benchmark.rsplit(".", 1)[0], *self.params[:-1])
+        """What one shard takes whole: the cases that share all but the last parameter, the
+        implementation or variant. A metrics class measures a case's variants at once, and the
+        gate's ordering rules compare a time case with its other implementations."""
+        owner = self.benchmark if self.kind == "time" else self.benchmark.rsplit(".", 1)[0]
+        return (self.kind, owner, *self.params[:-1])
 
 
 class Worker:
@@ -130,9 +130,13 @@ def selected(cases: Iterable[Case], patterns: list[str]) -> list[Case]:
     return [c for c in cases if any(re.search(p, c.id) for p in patterns)]
 
 
-# Rough cost of a measurement unit, to balance shards: a time case is about one setup per commit
-# and its rounds; a metrics unit measures its case beside references and copies, interleaved.
-UNIT_COST = {"time": 1.0, "track": 3.0}
+# Rough cost, to balance shards: a time case is one setup per commit and its rounds (~0.5 s on an
+# H200); a metrics unit measures its case beside references and copies, interleaved (~2.6 s).
+TIME_CASE_COST, METRICS_UNIT_COST = 1.0, 5.0
+
+
+def _cost(unit: list[Case]) -> float:
+    return TIME_CASE_COST * len(unit) if unit[0].kind == "time" else METRICS_UNIT_COST
 
 
 def shard(cases: list[Case], count: int) -> list[list[Case]]:
@@ -143,9 +147,9 @@ def shard(cases: list[Case], count: int) -> list[list[Case]]:
         units.setdefault(case.unit, []).append(case)
     loads = [0.0] * count
     shards: list[list[Case]] = [[] for _ in range(count)]
-    for unit in sorted(units, key=lambda u: (-UNIT_COST[units[u][0].kind], u)):
+    for unit in sorted(units, key=lambda u: (-_cost(units[u]), u)):
         target = min(range(count), key=lambda k: (loads[k], k))
-        loads[target] += UNIT_COST[units[unit][0].kind]
+        loads[target] += _cost(units[unit])
         shards[target] += units[unit]
     return [sorted(s) for s in shards]
 
