@@ -8,7 +8,7 @@ compares. ``LayerNormMetrics`` tracks what the gate and the history need,
 measured interleaved, every case in one process (kernelgate.measure.metrics): speedups over
 eager torch and torch.compile, GB/s, % of the measured copy peak and of a
 copy of one of the case's tensors (device times, do_bench with L2 flushed), and
-the host's cost of one eager call.
+the host's cost of one eager call, alone and over eager torch's and torch.compile's.
 Shapes and dtypes come from kernelgate.cases.layer_norm.
 """
 
@@ -98,3 +98,15 @@ class LayerNormMetrics:
         return self._metric("host_us")
 
     track_host_us.unit = "us"
+
+    def track_host_vs_torch(self, measured, shape, dtype, direction, variant):
+        """Host time of one eager call over eager torch's, measured alternately in this process."""
+        return self._metric("host_vs_torch")
+
+    track_host_vs_torch.unit = "x"
+
+    def track_host_vs_compile(self, measured, shape, dtype, direction, variant):
+        """Host time of one eager call over that of the torch.compile'd function's."""
+        return self._metric("host_vs_compile")
+
+    track_host_vs_compile.unit = "x"

@@ -1,4 +1,5 @@
-"""kernelgate.measure.timing's asv sample: calls_per_sample() calls back to back, recorded per call."""
+"""kernelgate.measure.timing: the asv sample (calls back to back, recorded per call), ratios of interleaved
+rounds, and host costs measured alternately."""
 
 import time
 
@@ -26,3 +27,13 @@ def test_percent_of_a_reference_rate_pairs_each_round_with_its_own_reference():
     # median of the per-round ratios (1.0, 0.5, and 0.8 in round 3) is 0.8, so 40% of its rate.
     reference_ms, ms = [1.0, 2.0, 4.0], [1.0, 4.0, 5.0]
     assert timing.pct_of_reference(50, 100, reference_ms, ms) == 40.0
+
+
+def test_host_costs_are_measured_alternately_round_by_round():
+    """A ratio of two host costs pairs loops taken moments apart, so the host's CPU cancels."""
+    order = []
+    fns = {"ours": lambda: order.append("ours"), "torch": lambda: order.append("torch")}
+    host = timing.interleaved_enqueue_us(fns, calls=2, rounds=3)
+    assert order == ["ours", "ours", "torch", "torch"] * 3
+    assert {name: len(us) for name, us in host.items()} == {"ours": 3, "torch": 3}
+    assert all(us > 0 for series in host.values() for us in series)

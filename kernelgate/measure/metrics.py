@@ -47,21 +47,22 @@ from kernelgate.measure.workloads import (
 def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[str, float]]:
     """Per variant: speedup over eager torch and torch.compile, GB/s, % of the copy
     peak and % of a copy of one of the case's [M, N] tensors (the memory system's rate at
-    this size), and the host's cost per eager call.
+    this size), and the host's cost per eager call, alone and as a ratio to eager torch's and
+    torch.compile's (measured alternately with them: a ratio does not depend on the host's CPU).
 
     Device times are do_bench medians (L2 flushed before every run) of a CUDA graph
     of back-to-back calls on rotated inputs (``kernelgate.measure.workloads.batched``), per call,
     references included: the kernels, not the launch path, which ``host_us`` measures
-    on its own. Under the interpreter only the speedup over torch, GB/s and host_us
-    are measured (smoke values).
+    on its own. Under the interpreter only the speedup over torch, GB/s and the host's
+    cost are measured (smoke values).
     """
     gpu = timing.gpu_timing()
     impls = LAYER_NORM_VARIANTS + (LAYER_NORM_REFERENCES if gpu else [LAYER_NORM_BASELINE])
     nbytes = case.bytes_moved(direction)
     rotate = rotations(nbytes)
     eager = {impl: warmed(layer_norm_workload(case, impl, direction, rotate)) for impl in impls}
-    loops = dict(calls=50, repeats=5) if gpu else dict(calls=1, repeats=1)  # the interpreter takes ms a call
-    host_us = {impl: timing.enqueue_us(eager[impl], **loops)[0] for impl in LAYER_NORM_VARIANTS}
+    loops = dict(calls=50, rounds=5) if gpu else dict(calls=1, rounds=1)  # the interpreter takes ms a call
+    host = timing.interleaved_enqueue_us(eager, **loops)
     fns = {impl: batched(fn, rotate) for impl, fn in eager.items()}
     copies = {}  # {metric: (copy, bytes it moves)}: the variant's bandwidth as % of the copy's
     if gpu:
@@ -73,10 +74,12 @@ def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[st
         m = {
             "speedup_vs_torch": timing.median_ratio(t[LAYER_NORM_BASELINE], t[variant]),
             "gbps": timing.gbps(nbytes, statistics.median(t[variant])),
-            "host_us": host_us[variant],
+            "host_us": statistics.median(host[variant]),
+            "host_vs_torch": timing.median_ratio(host[variant], host[LAYER_NORM_BASELINE]),
         }
         if gpu:
             m["speedup_vs_compile"] = timing.median_ratio(t["torch_compile"], t[variant])
+            m["host_vs_compile"] = timing.median_ratio(host[variant], host["torch_compile"])
         for metric, (copy, copied) in copies.items():
             m[metric] = timing.pct_of_reference(nbytes, copied, t[copy], t[variant])
         metrics[variant] = m

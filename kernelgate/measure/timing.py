@@ -142,6 +142,16 @@ def enqueue_us(fn: Callable[[], object], calls: int = 100, repeats: int = 20) ->
     return statistics.median(host), statistics.median(wall)
 
 
+def interleaved_enqueue_us(fns: dict[str, Callable[[], object]], calls: int, rounds: int) -> dict[str, list[float]]:
+    """Per-round host time to enqueue one call (``enqueue_us``) of several callables, measured
+    alternately, so a ratio of two of them (``median_ratio``) does not depend on the host's CPU."""
+    host: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            host[name].append(enqueue_us(fn, calls=calls, repeats=1)[0])
+    return host
+
+
 def device_clock() -> float:
     """A wall clock read only once the device has finished the queued work
     (pytest-benchmark's timer: a round then spans its kernels, not their launches)."""

@@ -1,8 +1,8 @@
 """The summary of one asv run that ``nox -s bench`` prints: kernel, case,
 time, speedup over torch (and torch.compile; FA2 for attention), GB/s or
 TFLOP/s and % of the device's measured peak (copy bandwidth for LayerNorm,
-bf16 matmul for attention), the host cost of an eager LayerNorm call, plus a
-PNG chart of speedup and % of peak per case.
+bf16 matmul for attention), the host cost of an eager LayerNorm call and its ratio to
+eager torch's, plus a PNG chart of speedup and % of peak per case.
 
 A smoke run (no GPU: Triton's interpreter at tiny sizes) says so, labels each case with the
 size it really ran, and shows only what it measured: the interpreter's time per call.
@@ -68,6 +68,7 @@ def layer_norm_rows(values: dict) -> list[dict]:
                 "pct_peak": _value(values, f"{LN_METRICS}.track_pct_peak", key),
                 "pct_tensor_copy": _value(values, f"{LN_METRICS}.track_pct_tensor_copy", key),
                 "host_us": _value(values, f"{LN_METRICS}.track_host_us", key),
+                "host_vs_torch": _value(values, f"{LN_METRICS}.track_host_vs_torch", key),
             }
         )
     order = {v: i for i, v in enumerate(LAYER_NORM_VARIANTS)}
@@ -124,6 +125,7 @@ COLUMNS = [
     ("pct_peak", "% peak", "{:.1f}"),
     ("pct_tensor_copy", "% tensor copy", "{:.1f}"),
     ("host_us", "host (us)", "{:.1f}"),
+    ("host_vs_torch", "host ÷ torch", "{:.2f}x"),
 ]
 
 
