@@ -1,4 +1,4 @@
-"""LayerNorm: Triton kernels against eager PyTorch and torch.compile.
+"""LayerNorm: Triton kernels against eager PyTorch, torch.compile and Liger-Kernel.
 
 ``LayerNorm.time_layer_norm`` is the device time of one call: each asv sample
 replays the call, captured in CUDA graphs on rotated inputs, 50 times back to
@@ -6,10 +6,11 @@ back (timing.sample_clock), so the host's launch path, which varies between
 processes far more than the kernels do, stays out of the samples the gate
 compares. ``LayerNormMetrics`` tracks what the gate and the history need,
 measured interleaved, every case in one process (kernelgate.measure.metrics): speedups over
-eager torch and torch.compile, GB/s, % of the measured copy peak and of a
+eager torch, torch.compile and Liger-Kernel, GB/s, % of the measured copy peak and of a
 copy of one of the case's tensors (device times, do_bench with L2 flushed), and
 the host's cost of one eager call, alone and over eager torch's and torch.compile's.
-Shapes and dtypes come from kernelgate.cases.layer_norm.
+Shapes and dtypes come from kernelgate.cases.layer_norm. ``LayerNormWidths`` and
+``LayerNormWidthsMetrics`` measure ``auto``, what a user calls, at the row widths models use.
 """
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
@@ -17,14 +18,23 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 from kernelgate.cases.layer_norm import (
     BENCH_DIRECTIONS,
     BENCH_DTYPES,
+    GPU_ONLY_REFERENCES,
     LAYER_NORM_REFERENCES,
     LAYER_NORM_VARIANTS,
+    MODEL_DIRECTIONS,
     bench_case,
+    model_width_shape_names,
     shape_names,
 )
 from kernelgate.measure import timing
 from kernelgate.measure.metrics import case_key, case_metrics, layer_norm_measures, measure_cases, selected_params
 from kernelgate.measure.workloads import sized_for_device, timed_layer_norm
+
+
+def measure_selected(params: list[list]) -> dict:
+    """The metrics of a metrics class's selected cases, every variant of its params at once."""
+    cases = sorted({combo[:3] for combo in selected_params(params)})  # (shape, dtype, direction)
+    return measure_cases(layer_norm_measures(cases, variants=params[3]))
 
 
 class LayerNorm:
@@ -36,12 +46,16 @@ class LayerNorm:
     timeout = 600  # a cold torch.compile can take minutes
 
     def setup(self, shape, dtype, direction, impl):
-        if impl == "torch_compile" and not timing.gpu_timing():
-            raise NotImplementedError("torch.compile is a GPU reference; not run in interpreter smoke mode")
+        if impl in GPU_ONLY_REFERENCES and not timing.gpu_timing():
+            raise NotImplementedError(f"{impl} is a GPU reference; not run in interpreter smoke mode")
         self.sample = timing.back_to_back(timed_layer_norm(sized_for_device(bench_case(shape, dtype)), impl, direction))
 
     def time_layer_norm(self, shape, dtype, direction, impl):
         self.sample()
+
+
+class LayerNormWidths(LayerNorm):
+    params = [model_width_shape_names(), BENCH_DTYPES, MODEL_DIRECTIONS, ["auto", *LAYER_NORM_REFERENCES]]
 
 
 class LayerNormMetrics:
@@ -52,8 +66,7 @@ class LayerNormMetrics:
 
     def setup_cache(self):
         """Every case measured once, in this one process; asv hands the result to each benchmark."""
-        cases = sorted({combo[:3] for combo in selected_params(self.params)})  # (shape, dtype, direction)
-        return measure_cases(layer_norm_measures(cases))
+        return measure_selected(self.params)
 
     setup_cache.timeout = 1800  # ~3 minutes on an H100; a cold torch.compile cache takes longer
 
@@ -74,6 +87,11 @@ class LayerNormMetrics:
         return self._metric("speedup_vs_compile")
 
     track_speedup_vs_compile.unit = "x"
+
+    def track_speedup_vs_liger(self, measured, shape, dtype, direction, variant):
+        return self._metric("speedup_vs_liger")
+
+    track_speedup_vs_liger.unit = "x"
 
     def track_gbps(self, measured, shape, dtype, direction, variant):
         return self._metric("gbps")
@@ -110,3 +128,12 @@ class LayerNormMetrics:
         return self._metric("host_vs_compile")
 
     track_host_vs_compile.unit = "x"
+
+
+class LayerNormWidthsMetrics(LayerNormMetrics):
+    params = [model_width_shape_names(), BENCH_DTYPES, MODEL_DIRECTIONS, ["auto"]]
+
+    def setup_cache(self):  # its own: asv shares a setup_cache's result by the line it starts on
+        return measure_selected(self.params)
+
+    setup_cache.timeout = 1800

@@ -3,10 +3,18 @@
 import gc
 import weakref
 
+import pytest
 import torch
 
-from kernelgate.cases.layer_norm import LayerNormCase
-from kernelgate.measure.workloads import compiled_layer_norm, in_cuda_graphs, layer_norm_workload, tensor_copy_workload
+from kernelgate.cases.layer_norm import LAYER_NORM_REFERENCES, LayerNormCase
+from kernelgate.kernels.layer_norm.reference import layer_norm_ref
+from kernelgate.measure.workloads import (
+    compiled_layer_norm,
+    in_cuda_graphs,
+    layer_norm_impl,
+    layer_norm_workload,
+    tensor_copy_workload,
+)
 
 
 def _doubling(device):
@@ -63,3 +71,19 @@ def test_the_compiled_baseline_replays_its_backward_after_a_cached_training_comp
     backward = layer_norm_workload(case, "torch_compile", "bwd")
     grads = [backward() for _ in range(2)]
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("impl", LAYER_NORM_REFERENCES)
+def test_every_reference_computes_the_layer_norm_it_is_compared_with(cuda_device, impl, dtype):
+    # A speedup over a reference means something only if the reference does the same work: y and
+    # the gradients of x, w and b against the float64 reference, at a non-power-of-two width.
+    case = LayerNormCase(37, 1600, dtype)
+    x, w, b = case.make_inputs(cuda_device, requires_grad=True)
+    dy = torch.randn_like(x)
+    y = layer_norm_impl(impl)(x, w, b, case.eps)
+    grads = torch.autograd.grad(y, (x, w, b), dy)
+    want = layer_norm_ref(x, w, b, case.eps, dy)[:4]
+    for name, got, expected in zip(("y", "dx", "dw", "db"), (y, *grads), want, strict=True):
+        atol, rtol = case.tolerance(name)
+        torch.testing.assert_close(got.double(), expected, atol=4 * atol, rtol=4 * rtol, msg=f"{impl} {name}")

@@ -139,9 +139,17 @@ BENCH_SHAPES = [(4096, 1024), (4096, 4096), (4096, 5000), (4096, 8192), (16384, 
 BENCH_DTYPES = ["float32", "bfloat16", "float16"]
 BENCH_DIRECTIONS = ["fwd", "bwd", "fwd+bwd"]  # bwd: the backward alone, of a saved forward
 LAYER_NORM_VARIANTS = ["fused", "two_pass", "auto"]
-# The baseline every speedup is against, and a second reference.
+# The baseline every speedup is against, and the other references: torch.compile (Inductor's
+# generated Triton) and Liger-Kernel's LayerNorm (hand-written Triton, as ours).
 LAYER_NORM_BASELINE = "torch"
-LAYER_NORM_REFERENCES = ["torch", "torch_compile"]
+LAYER_NORM_REFERENCES = ["torch", "torch_compile", "liger"]
+GPU_ONLY_REFERENCES = ["torch_compile", "liger"]  # not run in interpreter smoke mode
+
+# The row widths models use (hidden sizes from 768 to 32768), each at MODEL_ROWS rows, a batch of
+# tokens: the broad set that launch-config selection must be fast on without an entry per width.
+MODEL_WIDTHS = [768, 1024, 1600, 2048, 3072, 4096, 6144, 8192, 16384, 32768]
+MODEL_ROWS = 8192
+MODEL_DIRECTIONS = ["fwd", "fwd+bwd"]
 
 
 def bench_case(shape: str, dtype: str) -> LayerNormCase:
@@ -151,3 +159,7 @@ def bench_case(shape: str, dtype: str) -> LayerNormCase:
 
 def shape_names() -> list[str]:
     return [f"{m}x{n}" for m, n in BENCH_SHAPES]
+
+
+def model_width_shape_names() -> list[str]:
+    return [f"{MODEL_ROWS}x{n}" for n in MODEL_WIDTHS]

@@ -44,8 +44,10 @@ from kernelgate.measure.workloads import (
 )
 
 
-def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[str, float]]:
-    """Per variant: speedup over eager torch and torch.compile, GB/s, % of the copy
+def layer_norm_metrics(
+    case: LayerNormCase, direction: str, variants: list[str] = LAYER_NORM_VARIANTS
+) -> dict[str, dict[str, float]]:
+    """Per variant: speedup over eager torch, torch.compile and Liger-Kernel, GB/s, % of the copy
     peak and % of a copy of one of the case's [M, N] tensors (the memory system's rate at
     this size), and the host's cost per eager call, alone and as a ratio to eager torch's and
     torch.compile's (measured alternately with them: a ratio does not depend on the host's CPU).
@@ -57,12 +59,12 @@ def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[st
     cost are measured (smoke values).
     """
     gpu = timing.gpu_timing()
-    impls = LAYER_NORM_VARIANTS + (LAYER_NORM_REFERENCES if gpu else [LAYER_NORM_BASELINE])
+    impls = variants + (LAYER_NORM_REFERENCES if gpu else [LAYER_NORM_BASELINE])
     nbytes = case.bytes_moved(direction)
     rotate = rotations(nbytes)
     eager = {impl: warmed(layer_norm_workload(case, impl, direction, rotate)) for impl in impls}
     loops = dict(calls=50, rounds=5) if gpu else dict(calls=1, rounds=1)  # the interpreter takes ms a call
-    host = timing.interleaved_enqueue_us(eager, **loops)
+    host = timing.interleaved_enqueue_us({impl: eager[impl] for impl in impls if impl != "liger"}, **loops)
     fns = {impl: batched(fn, rotate) for impl, fn in eager.items()}
     copies = {}  # {metric: (copy, bytes it moves)}: the variant's bandwidth as % of the copy's
     if gpu:
@@ -70,7 +72,7 @@ def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[st
         copies = dict(pct_peak=("copy", 2 * timing.COPY_BYTES), pct_tensor_copy=("tensor_copy", 2 * case.tensor_bytes))
     t = timing.interleaved_ms(fns)
     metrics = {}
-    for variant in LAYER_NORM_VARIANTS:
+    for variant in variants:
         m = {
             "speedup_vs_torch": timing.median_ratio(t[LAYER_NORM_BASELINE], t[variant]),
             "gbps": timing.gbps(nbytes, statistics.median(t[variant])),
@@ -79,6 +81,7 @@ def layer_norm_metrics(case: LayerNormCase, direction: str) -> dict[str, dict[st
         }
         if gpu:
             m["speedup_vs_compile"] = timing.median_ratio(t["torch_compile"], t[variant])
+            m["speedup_vs_liger"] = timing.median_ratio(t["liger"], t[variant])
             m["host_vs_compile"] = timing.median_ratio(host[variant], host["torch_compile"])
         for metric, (copy, copied) in copies.items():
             m[metric] = timing.pct_of_reference(nbytes, copied, t[copy], t[variant])
@@ -107,11 +110,13 @@ def attention_metrics(case: AttentionCase, modes: list[str]) -> dict[str, dict[s
     return metrics
 
 
-def layer_norm_measures(cases: Iterable[tuple[str, str, str]]) -> dict[str, Callable[[], dict]]:
+def layer_norm_measures(
+    cases: Iterable[tuple[str, str, str]], variants: list[str] = LAYER_NORM_VARIANTS
+) -> dict[str, Callable[[], dict]]:
     """What measures each LayerNorm case (shape, dtype, direction), by ``case_key``."""
     return {
         case_key(shape, dtype, direction): functools.partial(
-            layer_norm_metrics, sized_for_device(bench_case(shape, dtype)), direction
+            layer_norm_metrics, sized_for_device(bench_case(shape, dtype)), direction, variants
         )
         for shape, dtype, direction in cases
     }
@@ -184,6 +189,7 @@ def main(argv=None) -> None:
                 for variant, m in results[key].items():
                     rows.append({"kernel": f"layer_norm/{variant}", "case": f"{shape} {dtype} {direction}",
                                  "speedup_torch": m["speedup_vs_torch"], "speedup_compile": m["speedup_vs_compile"],
+                                 "speedup_liger": m["speedup_vs_liger"],
                                  "gbps": m["gbps"], "pct_peak": m["pct_peak"],
                                  "pct_tensor_copy": m["pct_tensor_copy"], "host_us": m["host_us"]})  # fmt: skip
     print(markdown_table(rows))

@@ -43,19 +43,16 @@ def median_ms(fn: Callable[[], object], warmup_ms: float = WARMUP_MS, rep_ms: fl
         import triton.testing
 
         return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median") / getattr(fn, "calls", 1)
-    fn()  # interpreter smoke: one warm-up, then a few wall-clock runs
-    runs = []
-    for _ in range(3):
-        start = time.perf_counter()
-        fn()
-        runs.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(runs)
+    fn()  # interpreter smoke: one warm-up, then one wall-clock run (it says the code runs, no more)
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
 
 
 def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int = ROUNDS) -> dict[str, list[float]]:
-    """Per-round median times of several callables, measured alternately."""
+    """Per-round median times of several callables, measured alternately (one round in smoke runs)."""
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
+    for _ in range(rounds if gpu_timing() else 1):
         for name, fn in fns.items():
             times[name].append(median_ms(fn))
     return times

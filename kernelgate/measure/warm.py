@@ -2,7 +2,7 @@
 workload, in parallel processes, before asv runs.
 
 asv runs each benchmark in a fresh process; with warm caches those processes
-load compiled code instead of compiling it (torch.compile of 42 LayerNorm
+load compiled code instead of compiling it (torch.compile of the LayerNorm
 graphs alone takes many minutes serially). Nothing is timed here, and a
 benchmark's own setup still calls its workload once before sampling.
 
@@ -17,22 +17,35 @@ import time
 import torch
 
 from kernelgate.cases.attention import BENCH_CONFIGS
-from kernelgate.cases.layer_norm import BENCH_DIRECTIONS, BENCH_DTYPES, LAYER_NORM_VARIANTS, bench_case, shape_names
+from kernelgate.cases.layer_norm import (
+    BENCH_DIRECTIONS,
+    BENCH_DTYPES,
+    LAYER_NORM_VARIANTS,
+    MODEL_DIRECTIONS,
+    bench_case,
+    model_width_shape_names,
+    shape_names,
+)
 from kernelgate.measure.parallel import default_jobs, in_worker_processes
 
 # Eager torch, FA2 and cuDNN have nothing to compile.
-LAYER_NORM_COMPILED = [*LAYER_NORM_VARIANTS, "torch_compile"]
+LAYER_NORM_COMPILED_REFERENCES = ["torch_compile", "liger"]
 GROUPS = ("layer_norm", "attention")
 
 
 def items(groups: tuple[str, ...] = GROUPS) -> list[tuple]:
-    layer_norm = [
-        ("layer_norm", shape, dtype, direction, impl)
-        for shape in shape_names()
-        for dtype in BENCH_DTYPES
-        for direction in BENCH_DIRECTIONS
-        for impl in LAYER_NORM_COMPILED
+    suites = [  # (shapes, directions, our variants): the LayerNorm and LayerNormWidths benchmarks
+        (shape_names(), BENCH_DIRECTIONS, LAYER_NORM_VARIANTS),
+        (model_width_shape_names(), MODEL_DIRECTIONS, ["auto"]),
     ]
+    layer_norm = sorted({
+        ("layer_norm", shape, dtype, direction, impl)
+        for shapes, directions, variants in suites
+        for shape in shapes
+        for dtype in BENCH_DTYPES
+        for direction in directions
+        for impl in variants + LAYER_NORM_COMPILED_REFERENCES
+    })  # fmt: skip
     from kernelgate.kernels.attention import ACCUM_MODES
 
     attention = [("attention", config, mode) for config in BENCH_CONFIGS for mode in ACCUM_MODES]

@@ -112,7 +112,7 @@ def compiled_layer_norm():
 
 
 def layer_norm_impl(impl: str) -> Callable:
-    """``(x, weight, bias, eps) -> y`` for a kernel variant, eager torch or torch.compile."""
+    """``(x, weight, bias, eps) -> y`` for a kernel variant or a reference (LAYER_NORM_REFERENCES)."""
     if impl in LAYER_NORM_VARIANTS:
         return lambda x, w, b, eps: kernels.layer_norm(x, x.shape[-1], w, b, eps, variant=impl)
     if impl == "torch":
@@ -120,6 +120,10 @@ def layer_norm_impl(impl: str) -> Callable:
     if impl == "torch_compile":
         compiled = compiled_layer_norm()
         return lambda x, w, b, eps: compiled(x, (x.shape[-1],), w, b, eps)
+    if impl == "liger":
+        from liger_kernel.transformers.functional import liger_layer_norm  # the runner's lock pins it
+
+        return liger_layer_norm
     raise ValueError(f"unknown LayerNorm implementation {impl!r}")
 
 

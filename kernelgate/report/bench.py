@@ -1,5 +1,5 @@
 """The summary of one asv run that ``nox -s bench`` prints: kernel, case,
-time, speedup over torch (and torch.compile; FA2 for attention), GB/s or
+time, speedup over torch (and torch.compile and Liger-Kernel; FA2 for attention), GB/s or
 TFLOP/s and % of the device's measured peak (copy bandwidth for LayerNorm,
 bf16 matmul for attention), the host cost of an eager LayerNorm call and its ratio to
 eager torch's, plus a PNG chart of speedup and % of peak per case.
@@ -20,6 +20,8 @@ from kernelgate.cases.layer_norm import LAYER_NORM_VARIANTS, bench_case
 
 LN = "bench_layer_norm.LayerNorm"
 LN_METRICS = "bench_layer_norm.LayerNormMetrics"
+LN_WIDTHS = "bench_layer_norm.LayerNormWidths"
+LN_WIDTHS_METRICS = "bench_layer_norm.LayerNormWidthsMetrics"
 DEVICE = "bench_device.Device"
 ATT = "bench_attention.AttentionBackward.time_backward"
 ATT_METRICS = "bench_attention.AttentionBackwardMetrics"
@@ -49,30 +51,36 @@ def _value(values, name, key):
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
+# (time benchmark class, metrics class): the benchmark shapes, then the model widths (``auto``).
+LAYER_NORM_CLASSES = [(LN, LN_METRICS), (LN_WIDTHS, LN_WIDTHS_METRICS)]
+
+
 def layer_norm_rows(values: dict) -> list[dict]:
-    rows = []
-    keys = {k for k in values.get(f"{LN}.time_layer_norm", {}) if k[3] in LAYER_NORM_VARIANTS}
-    for name in (f"{LN_METRICS}.track_gbps", f"{LN_METRICS}.track_speedup_vs_torch"):
-        keys |= set(values.get(name, {}))
-    for key in keys:
-        shape, dtype, direction, variant = key
-        time_s = _value(values, f"{LN}.time_layer_norm", key)
-        rows.append(
-            {
+    """One row per (shape, dtype, direction, variant); a case both classes measure is shown once."""
+    rows = {}
+    for time_class, metrics in LAYER_NORM_CLASSES:
+        keys = {k for k in values.get(f"{time_class}.time_layer_norm", {}) if k[3] in LAYER_NORM_VARIANTS}
+        for name in (f"{metrics}.track_gbps", f"{metrics}.track_speedup_vs_torch"):
+            keys |= set(values.get(name, {}))
+        for key in keys - rows.keys():
+            shape, dtype, direction, variant = key
+            time_s = _value(values, f"{time_class}.time_layer_norm", key)
+            metric = lambda name, key=key, metrics=metrics: _value(values, f"{metrics}.track_{name}", key)
+            rows[key] = {
                 "kernel": f"layer_norm/{variant}",
                 "case": f"{shape} {dtype} {direction}",
                 "time_us": time_s * 1e6 if time_s is not None else None,
-                "speedup_torch": _value(values, f"{LN_METRICS}.track_speedup_vs_torch", key),
-                "speedup_compile": _value(values, f"{LN_METRICS}.track_speedup_vs_compile", key),
-                "gbps": _value(values, f"{LN_METRICS}.track_gbps", key),
-                "pct_peak": _value(values, f"{LN_METRICS}.track_pct_peak", key),
-                "pct_tensor_copy": _value(values, f"{LN_METRICS}.track_pct_tensor_copy", key),
-                "host_us": _value(values, f"{LN_METRICS}.track_host_us", key),
-                "host_vs_torch": _value(values, f"{LN_METRICS}.track_host_vs_torch", key),
+                "speedup_torch": metric("speedup_vs_torch"),
+                "speedup_compile": metric("speedup_vs_compile"),
+                "speedup_liger": metric("speedup_vs_liger"),
+                "gbps": metric("gbps"),
+                "pct_peak": metric("pct_peak"),
+                "pct_tensor_copy": metric("pct_tensor_copy"),
+                "host_us": metric("host_us"),
+                "host_vs_torch": metric("host_vs_torch"),
             }
-        )
     order = {v: i for i, v in enumerate(LAYER_NORM_VARIANTS)}
-    return sorted(rows, key=lambda r: (r["case"], order.get(r["kernel"].split("/")[1], 99)))
+    return sorted(rows.values(), key=lambda r: (r["case"], order.get(r["kernel"].split("/")[1], 99)))
 
 
 def attention_rows(values: dict) -> list[dict]:
@@ -119,6 +127,7 @@ COLUMNS = [
     ("time_us", "time (us)", "{:.1f}"),
     ("speedup_torch", "vs torch", "{:.2f}x"),
     ("speedup_compile", "vs compile", "{:.2f}x"),
+    ("speedup_liger", "vs Liger", "{:.2f}x"),
     ("speedup_fa2", "vs FA2", "{:.2f}x"),
     ("gbps", "GB/s", "{:.0f}"),
     ("tflops", "TFLOP/s", "{:.0f}"),

@@ -1,5 +1,5 @@
 """LayerNorm under pytest-benchmark: every case of kernelgate.cases.layer_norm,
-the Triton variants beside eager PyTorch and torch.compile, one group per case.
+the Triton variants beside eager PyTorch, torch.compile and Liger-Kernel, one group per case.
 
 The asv twin is benchmarks/bench_layer_norm.py; both time timed_layer_norm
 (the call replayed from CUDA graphs: device time, not the launch path).
@@ -10,6 +10,7 @@ import pytest
 from kernelgate.cases.layer_norm import (
     BENCH_DIRECTIONS,
     BENCH_DTYPES,
+    GPU_ONLY_REFERENCES,
     LAYER_NORM_BASELINE,
     LAYER_NORM_REFERENCES,
     LAYER_NORM_VARIANTS,
@@ -32,8 +33,8 @@ pytestmark = [
 @pytest.mark.parametrize("dtype", BENCH_DTYPES)
 @pytest.mark.parametrize("shape", shape_names())
 def test_layer_norm(benchmark, record_perf, shape, dtype, direction, impl):
-    if impl == "torch_compile" and not timing.gpu_timing():
-        pytest.skip("torch.compile is a GPU reference; not run in interpreter smoke mode")
+    if impl in GPU_ONLY_REFERENCES and not timing.gpu_timing():
+        pytest.skip(f"{impl} is a GPU reference; not run in interpreter smoke mode")
     table_case = bench_case(shape, dtype)
     benchmark.group = f"layer_norm {table_case.name} {direction}"  # named by the table's case, not its smoke size
     case = sized_for_device(table_case)
