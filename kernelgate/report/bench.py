@@ -135,6 +135,7 @@ COLUMNS = [
     ("pct_tensor_copy", "% tensor copy", "{:.1f}"),
     ("host_us", "host (us)", "{:.1f}"),
     ("host_vs_torch", "host ÷ torch", "{:.2f}x"),
+    ("host_vs_compile", "host ÷ compile", "{:.2f}x"),
 ]
 
 
