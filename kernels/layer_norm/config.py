@@ -100,14 +100,15 @@ def fused_tail_n(n: int, block_n: int) -> int:
 
 
 def fused_block_n(direction: str, n: int) -> int:
-    """The heuristic's fused tile: N rounded up to a power of two, or, forward, N's largest
+    """The heuristic's fused tile: N rounded up to a power of two, or, forward past 2048, N's largest
     power-of-two piece where a tail piece covers the rest in fewer lanes (5000: 4096 + 1024,
     2% of the lanes masked off instead of 39%). On an H200 the split forward was 1.02-1.25x
-    faster; the split backward 1.08-1.23x slower at the same warps: where the tail
+    faster at 5000, but at 768 (512 + 256) 1.03-1.13x slower than one 1024-lane piece; the
+    split backward 1.08-1.23x slower at the same warps: where the tail
     gives a thread fewer elements than the head's vector, the compiler moves the whole head tile
     into the tail's layout through shared memory every row."""
     whole, head = next_power_of_2(n), prev_power_of_2(n)
-    split = direction == "fwd" and head < n and head + fused_tail_n(n, head) < whole
+    split = direction == "fwd" and n > 2048 and head + fused_tail_n(n, head) < whole
     return head if split else whole
 
 
@@ -148,35 +149,59 @@ def _warps_for(elements: int, per_thread: int) -> int:
     return max(1, min(16, elements // (32 * per_thread)))
 
 
+def two_pass_block_n(n: int, element_bytes: int, cap: int, floor: int) -> int:
+    """The heuristic's two_pass chunk: the row rounded up to a power of two, or, 16-bit, that, its
+    half or its quarter (not below ``floor``), whichever masks the fewest lanes (3072: three chunks of
+    1024, not one of 4096 a quarter masked); at most ``cap``. On an H200 that made 16-bit 3072 and
+    6144 1.10-1.20x faster both ways, 768 forward 1.10-1.12x; on an H100 4096x5000 1.07-1.15x. fp32
+    rows ran 1.07-1.2x slower in those chunks than whole, masked lanes and all."""
+    whole = next_power_of_2(n)
+    if element_bytes < 4:
+        pieces = [c for c in (whole, whole // 2, whole // 4) if c >= min(floor, whole)]
+        whole = min(pieces, key=lambda c: (cdiv(n, c) * c, -c))
+    return min(whole, cap)
+
+
 def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -> LaunchConfig:
     """The configuration of a key the tuned table lacks: another GPU class, or another N. Chosen
     from recorded sweeps (the H100's of every key, the H200's fused backward), among whose
     configurations it is within 1.15x of each key's best (tests/fixtures/recorded_sweeps.json)."""
+    size = dtype.itemsize
     if variant == "two_pass":
-        if direction == "fwd":  # the row in one chunk up to 8192, rows packed to 2048 elements
-            block_n = min(next_power_of_2(n), 8192)
-            block_m = prev_power_of_2(min(16, 2048 // block_n))
+        if direction == "fwd":  # chunks up to 8192, rows packed to 2048 elements and two while a chunk is under 8 KiB
+            block_n = two_pass_block_n(n, size, 8192, 256)
+            block_m = prev_power_of_2(min(16, max(2048 // block_n, 2 if block_n * size < 8192 else 1)))
             return LaunchConfig(block_m, block_n, _warps_for(block_m * block_n, 32))
-        # Two rows per program; x, dy, xhat and the dw/db sums live at once: 16 elements a thread.
-        block_n = min(next_power_of_2(n), 4096)
-        warps = _warps_for(2 * block_n, 16)
-        return LaunchConfig(2, block_n, warps, programs_per_sm=max(1, 16 // warps))
+        # Two rows a step of chunks up to 4096 (from 512: at most 8 programs per SM); x, dy, xhat and the
+        # dw/db sums live at once: 16 elements a thread. fp32 rows past 8192: 8 rows of 1024 (16384 and
+        # 32768 1.01-1.03x the best on an H200, 2 rows of 4096 1.06x and 1.21x).
+        block_m, block_n = (8, 1024) if size == 4 and n > 8192 else (2, two_pass_block_n(n, size, 4096, 512))
+        warps = _warps_for(block_m * block_n, 16)
+        return LaunchConfig(block_m, block_n, warps, programs_per_sm=max(1, 16 // warps))
     block_n, lanes = fused_block_n(direction, n), fused_lanes(direction, n)
     # Short rows: pack several per program, to 4096 elements forward, 8 rows backward.
     block_m = prev_power_of_2(min(16 if direction == "fwd" else 8, 4096 // lanes))
     warps = _warps_for(block_m * block_n, 32)
-    tail_warps = block_m * (lanes - block_n) * dtype.itemsize // (32 * 16)
+    tail_warps = block_m * (lanes - block_n) * size // (32 * 16)
     if tail_warps >= 1:  # a tail piece wide enough for 16-byte accesses keeps them (bf16 5000: 4 warps, 1.5x)
         warps = min(warps, tail_warps)
+    if direction == "fwd" and lanes > 8192:
+        # 8 warps, prefetching into L2 the rows 64 KiB a SM ahead (the H200 table's distances at 1024-8192
+        # are 32-64 KiB): 16384 1.00-1.01x the best on an H200, where any tile without ran 1.07-1.9x.
+        return LaunchConfig(block_m, block_n, min(warps, 8), prefetch_per_sm=max(1, 65536 // (block_m * lanes * size)))
     if direction == "fwd":  # the single reduction stays a tuned option: it costs the statistics bits
-        return LaunchConfig(block_m, block_n, warps)
-    # The fused backward at one program per SM, with up to three row blocks of x and dy loading
-    # ahead (4 stages) where shared memory holds them, and the single reduction while the tile
-    # stays in registers.
-    row_block = 2 * block_m * lanes * dtype.itemsize  # x and dy
+        # A program of fewer than 4096 elements (a padded or split row) loads w and b with x, lest their
+        # latency follow the statistics: on an H200 up to 1.07x faster (fp32 768), 0.985x at fp16 1600.
+        return LaunchConfig(block_m, block_n, warps, preload_affine=block_m * n < 4096)
+    # The fused backward at one program per SM, two where a row block of x is under 8 KiB (16-bit 768,
+    # 1600 and 3072 1.11-1.14x faster on an H200; fp32's, 12 KiB, would run 1.04-1.08x slower), with up to
+    # three row blocks of x and dy loading ahead (4 stages) where shared memory holds them, and the
+    # single reduction while the tile stays in registers.
+    row_block = 2 * block_m * lanes * size  # x and dy
     stages = next((s for s in (4, 3) if (s - 1) * row_block <= PIPELINE_MAX_BYTES), 1)
+    programs = 2 if block_m * n * size < 8192 else 1
     single = lanes <= FUSED_BWD_REGISTER_LANES
-    return LaunchConfig(block_m, block_n, warps, programs_per_sm=1, num_stages=stages, single_reduction=single)
+    return LaunchConfig(block_m, block_n, warps, programs_per_sm=programs, num_stages=stages, single_reduction=single)
 
 
 def launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> LaunchConfig:
