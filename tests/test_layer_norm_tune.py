@@ -187,8 +187,10 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
 
 # Recorded sweeps, reduced to each key's three best configurations and the heuristic's: every key on
 # the H100 (the forward timed storing its statistics, then as inference like the suite's fwd case),
-# 4096x5000's forward on the H100 with the fused space widened to 80 values a thread, and the fused
-# backward on the H200 (single reduction, then the balanced grid), with the keys each holds.
+# 4096x5000's forward on the H100 with the fused space widened to 80 values a thread, the fused
+# backward on the H200 (single reduction, then the balanced grid), and every key of the model widths
+# (8192 rows, N from 768 to 32768, none of them benchmark keys) on the H200, where no fused backward
+# configuration at 16384 compiled without spilling; with the keys each holds.
 RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
 SWEEP_KEYS = {
     "h100-every-key": 48,
@@ -196,6 +198,7 @@ SWEEP_KEYS = {
     "h100-4096x5000-wider-fused-space": 6,
     "h200-fused-backward-single-reduction": 12,
     "h200-fused-backward-balanced-grid": 12,
+    "h200-model-widths": 75,
 }
 
 
@@ -215,7 +218,7 @@ def recorded_sweep(name: str) -> list[tune.Measurement]:
 @pytest.mark.parametrize("sweep", sorted(SWEEP_KEYS))
 def test_untuned_configs_are_near_the_best_of_recorded_sweeps(sweep):
     """What a key the tuned table lacks runs (the heuristic), as measured among the configurations
-    of a recorded sweep: within 1.15x of each key's best."""
+    of a recorded sweep: within 1.13x of each key's best."""
     measured = recorded_sweep(sweep)
     keys = sorted({m.key for m in measured}, key=lambda k: k.name)
     assert len(keys) == SWEEP_KEYS[sweep]
@@ -223,7 +226,7 @@ def test_untuned_configs_are_near_the_best_of_recorded_sweeps(sweep):
         ranked = dict(tune.ranked_by_geomean([m for m in measured if m.key == key]))
         heuristic = heuristic_config(key.variant, key.direction, DTYPES[key.dtype], key.n)
         assert heuristic in ranked, f"{key.name}: the heuristic configuration was not measured in this sweep"
-        assert ranked[heuristic] <= 1.15 * min(ranked.values()), key.name
+        assert ranked[heuristic] <= 1.13 * min(ranked.values()), key.name
 
 
 def _m(case, cfg, ms):

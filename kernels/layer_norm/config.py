@@ -164,8 +164,10 @@ def two_pass_block_n(n: int, element_bytes: int, cap: int, floor: int) -> int:
 
 def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -> LaunchConfig:
     """The configuration of a key the tuned table lacks: another GPU class, or another N. Chosen
-    from recorded sweeps (the H100's of every key, the H200's fused backward), among whose
-    configurations it is within 1.15x of each key's best (tests/fixtures/recorded_sweeps.json)."""
+    from recorded sweeps (the H100's of every key, the H200's fused backward and the H200's of every
+    key at the model widths, 768 to 32768), among whose configurations it is within 1.13x of each
+    key's best (tests/fixtures/recorded_sweeps.json); at the model widths within 1.10x but for fp16
+    fused forward 768 (1.11x: it shares 1024's tile, which the H100 sweeps hold to)."""
     size = dtype.itemsize
     if variant == "two_pass":
         if direction == "fwd":  # chunks up to 8192, rows packed to 2048 elements and two while a chunk is under 8 KiB
