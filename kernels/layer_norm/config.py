@@ -22,13 +22,11 @@ import torch
 FUSED_MAX_N = 16384
 
 # The fused backward's tile stays in registers up to this many lanes; at 16384 it already
-# spills for sm_90 (320-560 bytes of stack a thread at 16 warps).
+# spills for sm_90 (320-560 bytes of stack a thread at 16 warps; on an H200 sweep of 8192x16384,
+# every fused backward configuration spilled or overflowed shared memory). So auto, untuned, takes
+# the fused backward only up to this many lanes, however many are masked off (the H200 sweeps chose
+# it on every key, N = 5000 too: 8192 lanes, 39% masked, 1.8x two_pass's speed).
 FUSED_BWD_REGISTER_LANES = 8192
-
-# auto, untuned: fused up to FUSED_BWD_REGISTER_LANES lanes however many are masked off (the H200
-# sweeps chose it on every key, the backward at N = 5000 too: 8192 lanes, 39% masked, 1.8x
-# two_pass's speed), wider only where at most this share is.
-AUTO_MAX_PADDING = 0.25
 
 # Shared memory the heuristic lets the fused backward's prefetched row blocks take
 # (sm_80 and sm_90 offer 163 and 227 KiB a block).
@@ -120,7 +118,7 @@ def fused_lanes(direction: str, n: int) -> int:
 def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> str:
     """The kernel one launch runs. "auto" takes the variant the tune sweep measured faster
     for this key on this GPU class (an ``auto/...`` entry of the tuned table); without
-    one, fused unless its tile (``fused_lanes``) is wide and masks off too many lanes.
+    one, ``heuristic_variant``'s.
     Forward and backward resolve separately: both read the same saved statistics."""
     if variant not in VARIANTS:
         raise ValueError(f"layer_norm: unknown variant {variant!r}; choose one of {VARIANTS}")
@@ -131,10 +129,11 @@ def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gp
 
 
 def heuristic_variant(direction: str, n: int) -> str:
-    """auto's variant without a tuned choice: fused unless its tile is wide and masks off too many lanes."""
-    lanes = fused_lanes(direction, n)
-    padded = lanes > FUSED_BWD_REGISTER_LANES and 1 - n / lanes > AUTO_MAX_PADDING
-    return "fused" if n <= FUSED_MAX_N and not padded else "two_pass"
+    """auto's variant without a tuned choice: fused up to FUSED_MAX_N, the backward only while its tile
+    stays in registers (FUSED_BWD_REGISTER_LANES); two_pass past that. The tuner cannot make that
+    choice where the fused backward spills: it drops every configuration that does."""
+    limit = FUSED_MAX_N if direction == "fwd" else FUSED_BWD_REGISTER_LANES
+    return "fused" if fused_lanes(direction, n) <= limit else "two_pass"
 
 
 def tuned_key(variant: str, direction: str, dtype: torch.dtype, n: int) -> str:
