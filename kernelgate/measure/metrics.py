@@ -64,6 +64,7 @@ def layer_norm_metrics(
     rotate = rotations(nbytes)
     eager = {impl: warmed(layer_norm_workload(case, impl, direction, rotate)) for impl in impls}
     loops = dict(calls=50, rounds=5) if gpu else dict(calls=1, rounds=1)  # the interpreter takes ms a call
+    # The host ratios are to eager torch's and torch.compile's, the calls a user would otherwise make.
     host = timing.interleaved_enqueue_us({impl: eager[impl] for impl in impls if impl != "liger"}, **loops)
     fns = {impl: batched(fn, rotate) for impl, fn in eager.items()}
     copies = {}  # {metric: (copy, bytes it moves)}: the variant's bandwidth as % of the copy's
