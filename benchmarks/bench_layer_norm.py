@@ -32,9 +32,15 @@ from kernelgate.measure.workloads import sized_for_device, timed_layer_norm
 
 
 def measure_selected(params: list[list]) -> dict:
-    """The metrics of a metrics class's selected cases, every variant of its params at once."""
-    cases = sorted({combo[:3] for combo in selected_params(params)})  # (shape, dtype, direction)
-    return measure_cases(layer_norm_measures(cases, variants=params[3]))
+    """The metrics of a metrics class's selected cases: each case (shape, dtype, direction) once,
+    its selected variants side by side."""
+    variants: dict[tuple, set] = {}
+    for *case, variant in selected_params(params):
+        variants.setdefault(tuple(case), set()).add(variant)
+    measures = {}
+    for case, chosen in sorted(variants.items()):
+        measures |= layer_norm_measures([case], variants=[v for v in params[3] if v in chosen])
+    return measure_cases(measures)
 
 
 class LayerNorm:

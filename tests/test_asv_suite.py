@@ -22,3 +22,24 @@ def test_asv_check_discovers_the_suite():
         cwd=ROOT, capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
     assert proc.returncode == 0 and "No problems found" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def test_a_metrics_class_measures_each_selected_case_once_with_its_selected_variants(monkeypatch):
+    """The PR check asks only for the values its rules bound: no other case or variant is timed."""
+    import json
+
+    from benchmarks import bench_layer_norm
+    from kernelgate.measure.metrics import SELECTED_ENV
+
+    asked = []
+    monkeypatch.setattr(
+        bench_layer_norm, "layer_norm_measures", lambda cases, variants: asked.append((cases, variants)) or {}
+    )
+    chosen = [["4096x1024", "float32", "bwd", "auto"], ["4096x1024", "float32", "fwd", "two_pass"],
+              ["4096x1024", "float32", "fwd", "auto"]]  # fmt: skip
+    monkeypatch.setenv(SELECTED_ENV, json.dumps(chosen))
+    bench_layer_norm.measure_selected(bench_layer_norm.LayerNormMetrics.params)
+    assert asked == [
+        ([("4096x1024", "float32", "bwd")], ["auto"]),
+        ([("4096x1024", "float32", "fwd")], ["two_pass", "auto"]),
+    ]

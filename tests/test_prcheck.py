@@ -184,10 +184,14 @@ def _side(role, tree, tmp_path, env=None):
     return bench.Side(role, role[0] * 40, tree, Path(sys.executable), env or {}, tmp_path / f"{role}.log")
 
 
+def _every_track(case, suite):
+    return True
+
+
 def test_interleaved_measurement_of_both_commits(fake_tree, tmp_path):
     sides = [_side("base", fake_tree, tmp_path), _side("head", fake_tree, tmp_path)]
     suites = bench.discover(sides)
-    chosen = check.chosen_cases(suites, [r"^bench_fake\."])
+    chosen = check.chosen_cases(suites, [r"^bench_fake\."], _every_track)
     assert {c.kind for c in chosen["base"]} == {"time"}, "base runs only what is compared"
     tracked = [c for c in chosen["head"] if c.kind == "track"]
     chosen["head"] = [c for c in chosen["head"] if c.kind == "time"] + [tracked[0]]  # one of four
@@ -214,6 +218,52 @@ def test_interleaved_measurement_of_both_commits(fake_tree, tmp_path):
     assert loaded.get_result_value("bench_fake.Broken.time_nothing", []) == [None], "failed"
 
 
+BOUNDS = """
+[defaults]
+max_slowdown = 0.05
+gpu_classes = ["H100", "H200"]
+
+[[rule]]
+why = "a floor on one shape"
+benchmark = "bench_fake.Metrics.track_measured"
+params = { shape = "s1" }
+min = 0.5
+
+[[rule]]
+why = "a ceiling on the other, on another GPU class"
+benchmark = "bench_fake.Metrics.track_measured"
+params = { shape = "s2", variant = "v2" }
+gpu_class = "H200"
+max = 3.0
+informational = true
+
+[[rule]]
+why = "a skip bounds nothing"
+benchmark = "bench_fake.Metrics.track_measured"
+params = { variant = "v2" }
+may_skip = true
+"""
+
+
+@pytest.mark.parametrize(
+    ("gpu_class", "expected"), [("H100", ["s1', 'v1", "s1', 'v2"]), ("H200", ["s1', 'v1", "s1', 'v2", "s2', 'v2"])]
+)
+def test_head_measures_only_the_track_values_a_rule_bounds(fake_tree, tmp_path, gpu_class, expected):
+    """The main job's history tracks every value; the check measures those a floor or ceiling judges there."""
+    (tmp_path / "perf-thresholds.toml").write_text(BOUNDS)
+    suites = bench.discover([_side("base", fake_tree, tmp_path), _side("head", fake_tree, tmp_path)])
+    chosen = check.chosen_cases(suites, [r"^bench_fake\."], check.bounded_tracks(tmp_path, gpu_class))
+    tracks = [c.id for c in chosen["head"] if c.kind == "track"]
+    assert tracks == [f"bench_fake.Metrics.track_measured('{pair}')" for pair in expected]
+    assert {c.id for c in chosen["head"] if c.kind == "time"} == {c.id for c in chosen["base"]}, "every time case"
+
+
+def test_unreadable_thresholds_stop_the_check(tmp_path):
+    (tmp_path / "perf-thresholds.toml").write_text("[defaults]\nmax_slowdown = 'fast'\n")
+    with pytest.raises(check.CheckError, match="base commit's perf-thresholds.toml"):
+        check.bounded_tracks(tmp_path, "H100")
+
+
 def test_a_worker_that_cannot_load_the_suite_is_an_error(tmp_path):
     tree = tmp_path / "tree"
     (tree / "benchmarks").mkdir(parents=True)
@@ -235,6 +285,7 @@ def _shard(tmp_path: Path, k: int, n: int, cases: dict, records: dict) -> Path:
     }  # fmt: skip
     for role in ("base", "head"):
         results.write_suite(out / "suites" / f"{role}.json", suite)
+    (out / "trusted" / "perf-thresholds.toml").write_text(THRESHOLDS)
     machine = {"machine": f"h100-host{k}", "gpu": "NVIDIA H100", "gpu_class": "H100", "cuda": "13.0", "python": "3.11"}
     plan = check.Plan("b" * 40, "c" * 40, machine, ["g"], {"g": ["x"]}, (k, n), [], [r"^bench_a\."], cases=cases)
     plan.dates = {"base": 0, "head": 1000}
@@ -276,7 +327,6 @@ def test_the_merge_command_judges_the_shards_and_reports(tmp_path):
 
     one, two = _two_shards(tmp_path)
     for shard in (one, two):
-        (shard / "trusted" / "perf-thresholds.toml").write_text(THRESHOLDS)
         (shard / "junit").mkdir()
         (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
     assert prcheck_main(["merge", "--out", str(tmp_path / "verdict"), str(one), str(two)]) == 0
@@ -342,7 +392,7 @@ def test_measured_results_are_what_the_gate_judges(fake_tree, tmp_path, head_tic
         _side("head", fake_tree, tmp_path, {"FAKE_TICK": head_tick}),
     ]
     suites = bench.discover(sides)
-    cases = check.chosen_cases(suites, [r"^bench_fake\.Ticks\."])
+    cases = check.chosen_cases(suites, [r"^bench_fake\.Ticks\."], _every_track)
     # 10 samples a commit: fewer cannot reach asv's significance level (p < 0.002) even when apart.
     records = bench.measure(sides, cases, rounds=2, samples=5)
     out = tmp_path / "out"

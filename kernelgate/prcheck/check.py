@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kernelgate.prcheck import bench, results, selection
@@ -215,20 +216,45 @@ def measure(plan: Plan, out: Path, steps: Steps) -> dict:
         suites = bench.discover(sides)
         for role, suite in suites.items():
             results.write_suite(out / "suites" / f"{role}.json", suite)
-        chosen = chosen_cases(suites, plan.benchmarks)
+        chosen = chosen_cases(suites, plan.benchmarks, bounded_tracks(out / "trusted", plan.machine["gpu_class"]))
         k, n = plan.shard
         mine = set(bench.shard(sorted(set(chosen["base"]) | set(chosen["head"])), n)[k - 1])
         cases = {role: [c for c in role_cases if c in mine] for role, role_cases in chosen.items()}
         plan.cases = {role: [c.id for c in role_cases] for role, role_cases in cases.items()}
-        print(f"shard {k}/{n}: {len(cases['base'])} base and {len(cases['head'])} head cases", flush=True)
+        tracks = sum(c.kind == "track" for c in cases["head"])
+        print(f"shard {k}/{n}: {len(cases['base'])} base and {len(cases['head'])} head cases, {tracks} of them "
+              f"track_* values a rule bounds on {plan.machine['gpu_class']}", flush=True)  # fmt: skip
         return bench.measure(sides, cases)
 
 
-def chosen_cases(suites: dict[str, dict], patterns: list[str]) -> dict[str, list[bench.Case]]:
-    """The selected cases of each commit's suite: head's time and track cases, base's time cases
-    (floors judge head's values only)."""
+def bounded_tracks(trusted: Path, gpu_class: str) -> Callable[[bench.Case, dict], bool]:
+    """Whether a track_* case is one the gate bounds on this GPU class (a rule's min or max, informational
+    ones too): the check measures only those. The main job's history tracks every value."""
+    from kernelgate.gate import GateError
+    from kernelgate.gate.asv_results import Case
+    from kernelgate.gate.thresholds import load_thresholds
+
+    try:
+        rules = [r for r in load_thresholds(trusted / "perf-thresholds.toml").applicable(gpu_class)
+                 if r.min is not None or r.max is not None]  # fmt: skip
+    except GateError as exc:
+        raise CheckError(f"the base commit's perf-thresholds.toml: {exc}") from exc
+
+    def bounded(case: bench.Case, suite: dict) -> bool:
+        named = Case(case.benchmark, tuple(zip(suite[case.benchmark].get("param_names", []), case.params, strict=True)))
+        return any(rule.matches(named) for rule in rules)
+
+    return bounded
+
+
+def chosen_cases(
+    suites: dict[str, dict], patterns: list[str], bounded: Callable[[bench.Case, dict], bool]
+) -> dict[str, list[bench.Case]]:
+    """The selected cases of each commit's suite: base's and head's time cases, and head's track cases
+    that a floor or ceiling bounds (they judge head's values only)."""
     chosen = {role: bench.selected(bench.suite_cases(suite), patterns) for role, suite in suites.items()}
     chosen["base"] = [c for c in chosen["base"] if c.kind == "time"]
+    chosen["head"] = [c for c in chosen["head"] if c.kind == "time" or bounded(c, suites["head"])]
     return chosen
 
 
@@ -299,7 +325,8 @@ def merge_shards(shard_dirs: list[Path], out: Path) -> Plan:
     got = sorted(p.shard[0] for p in plans)
     if any(p.shard[1] != count for p in plans) or got != list(range(1, count + 1)):
         raise CheckError(f"expected shards 1..{count} once each, got {[f'{p.shard[0]}/{p.shard[1]}' for p in plans]}")
-    chosen = chosen_cases(read_suites(shard_dirs[0]), first.benchmarks)
+    bounded = bounded_tracks(shard_dirs[0] / "trusted", first.machine["gpu_class"])
+    chosen = chosen_cases(read_suites(shard_dirs[0]), first.benchmarks, bounded)
     expected = {role: {c.id for c in cases} for role, cases in chosen.items()}
     records: dict[str, dict] = {"base": {}, "head": {}}
     for d, p in zip(shard_dirs, plans, strict=True):
