@@ -23,10 +23,14 @@ from kernelgate.kernels.layer_norm.config import (
     persistent_programs,
     prev_power_of_2,
 )
+from kernelgate.kernels.layer_norm.launch import bound
 from kernelgate.kernels.layer_norm.ops import (
     _odd_program_shift,
+    _rows,
     _sms,
+    backward_key,
     backward_launch,
+    forward_key,
     forward_launch,
     gpu_of,
     layer_norm_bwd,
@@ -478,6 +482,58 @@ def test_dependent_calls_in_a_cuda_graph(variant, cuda_device):
                 t.fill_(float("nan"))  # poisoned: an element the replay does not write fails
         graph.replay()
         _assert_each_layer_matches_reference(case, w, b, dy, *captured)
+
+
+def _differently_specialized_rows(case: LayerNormCase, device) -> dict[str, torch.Tensor]:
+    """[M, N] inputs of one shape that Triton compiles differently: 16-byte aligned rows or not, a row
+    stride 16 divides or not; and one row. Random values, a large mean."""
+    m, n = case.m, case.n
+    storage = (torch.randn(m * (n + 8) + 8, device=device) + case.offset).to(case.torch_dtype)
+    return {
+        "contiguous": storage[: m * n].view(m, n),
+        "misaligned": storage[1 : 1 + m * n].view(m, n),
+        "row stride N+3": storage[: m * (n + 3)].view(m, n + 3)[:, :n],
+        "one row": storage[8 : 8 + n].view(1, n),
+    }
+
+
+@pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_bound_kernels_are_the_ones_triton_dispatches(variant, dtype, cuda_device):
+    """Eager calls launch a compiled kernel bound per launch key (kernels/layer_norm/launch.py), not
+    through Triton's dispatch. Calls alternating between inputs that Triton specializes apart must
+    each run the kernel Triton would pick for them, and compute their LayerNorm."""
+    case = LayerNormCase(33, 1000, dtype, offset=1e2)
+    _, w, b = case.make_inputs(cuda_device)
+    inputs = _differently_specialized_rows(case, cuda_device)
+    for _ in range(2):  # the first round binds, the second launches what was bound
+        for name, x in inputs.items():
+            x = x.detach().requires_grad_()
+            dy = torch.randn_like(x)
+            y = kernels.layer_norm(x, case.n, w, b, case.eps, variant)
+            (dx,) = torch.autograd.grad(y, x, dy)
+            ref_y, ref_dx, *_ = layer_norm_ref(x, w, b, case.eps, dy)
+            sized = dataclasses.replace(case, m=x.shape[0])
+            for quantity, got, ref in (("y", y, ref_y), ("dx", dx, ref_dx)):
+                atol, rtol = sized.tolerance(quantity)
+                torch.testing.assert_close(
+                    got.double(), ref, atol=atol, rtol=rtol, msg=lambda m, q=f"{name} {quantity}": f"{q}: {m}"
+                )
+    for name, x in inputs.items():
+        x2, n = _rows(x, case.n), case.n
+        fwd = select_variant(variant, "fwd", x.dtype, n, gpu_of(x))
+        y, mean, rstd = (
+            torch.empty_like(x2),
+            torch.empty(x2.shape[0], device=cuda_device),
+            torch.empty(x2.shape[0], device=cuda_device),
+        )
+        layer_norm_fwd(x2, w, b, case.eps, fwd, out=(y, mean, rstd))
+        launch = forward_launch(x2, w, b, case.eps, fwd, y, mean, rstd)
+        assert bound(forward_key(x2, w, b, fwd, y, mean, rstd)).compiled is launch(), f"{name}: forward"
+        bwd, dx = select_variant(variant, "bwd", x.dtype, n, gpu_of(x)), torch.empty_like(x2)
+        layer_norm_bwd(x2, x2, w, b, mean, rstd, bwd, out=(dx, None, None))
+        launch, _ = backward_launch(x2, x2, w, b, mean, rstd, bwd, dx)
+        assert bound(backward_key(x2, x2, w, b, mean, rstd, bwd, dx)).compiled is launch(), f"{name}: backward"
 
 
 # --- bad input: a clear error naming the problem, before any launch ---------

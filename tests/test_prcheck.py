@@ -260,7 +260,7 @@ def test_head_measures_only_the_track_values_a_rule_bounds(fake_tree, tmp_path, 
 
 def test_unreadable_thresholds_stop_the_check(tmp_path):
     (tmp_path / "perf-thresholds.toml").write_text("[defaults]\nmax_slowdown = 'fast'\n")
-    with pytest.raises(check.CheckError, match="base commit's perf-thresholds.toml"):
+    with pytest.raises(check.CheckError, match=r"base commit's perf-thresholds\.toml"):
         check.bounded_tracks(tmp_path, "H100")
 
 

@@ -5,18 +5,17 @@ an input of any leading shape. ``variant`` selects the kernel: "fused" (row in
 registers, N <= FUSED_MAX_N), "two_pass" (any N) or "auto".
 """
 
-import dataclasses
 import functools
 import os
 from collections.abc import Sequence
 
 import torch
-import triton
 
 from kernelgate.kernels.device import gpu_class, interpreter_mode, is_sm90_or_newer, sm_count
 from kernelgate.kernels.layer_norm import triton_kernels as tk
 from kernelgate.kernels.layer_norm.config import (
     FUSED_MAX_N,
+    TUNED_ENV,
     LaunchConfig,
     cdiv,
     fused_tail_n,
@@ -25,6 +24,7 @@ from kernelgate.kernels.layer_norm.config import (
     persistent_programs,
     resolve_variant,
 )
+from kernelgate.kernels.layer_norm.launch import Launch, bind, bound
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -105,29 +105,6 @@ def pdl_of(t: torch.Tensor) -> bool:
     return _on_sm90(t) and os.environ.get(PDL_ENV) != "0"
 
 
-@dataclasses.dataclass(frozen=True)
-class Launch:
-    """One kernel launch, fully specified: run it, or compile it ahead of time
-    (``support.codegen`` builds it on meta tensors to inspect the machine code)."""
-
-    kernel: triton.JITFunction
-    grid: tuple[int, ...]
-    args: tuple
-    constexprs: dict
-    num_warps: int
-
-    def __call__(self):
-        """Launch; returns Triton's compiled kernel (``n_regs``, ``n_spills``), None in the interpreter."""
-        pdl = self.constexprs.get("PDL", False)  # kernels that take PDL wait for their predecessor when it is set
-        return self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps, launch_pdl=pdl)
-
-    @property
-    def arguments(self) -> dict:
-        """The runtime arguments by the kernel's parameter names."""
-        names = [name for name in self.kernel.arg_names if name not in self.constexprs]
-        return dict(zip(names, self.args, strict=True))
-
-
 def _sms(t: torch.Tensor) -> int:
     """Streaming multiprocessors of ``t``'s GPU (2 stands in under the interpreter)."""
     return sm_count(t.device.index or 0) if t.is_cuda else 2
@@ -172,6 +149,13 @@ def _odd_program_shift(cfg: LaunchConfig, programs: int, vec: int, n: int, *rows
     return shift if cfg.block_n + fused_tail_n(n, cfg.block_n) >= n + shift else 0
 
 
+def _forward_args(x2, weight, bias, eps: float, y, mean, rstd) -> tuple:
+    """The forward kernels' leading runtime arguments (absent tensors passed as x2, never read)."""
+    m, n = x2.shape
+    absent = lambda t: t if t is not None else x2
+    return (x2, y, absent(weight), absent(bias), absent(mean), absent(rstd), x2.stride(0), y.stride(0), m, n, eps)
+
+
 def forward_launch(
     x2, weight, bias, eps: float, variant: str, y, mean, rstd, cfg: LaunchConfig | None = None
 ) -> Launch:
@@ -193,14 +177,30 @@ def forward_launch(
     return Launch(
         kernel=_FWD_KERNELS[variant],
         grid=(cdiv(m, cfg.block_m),),
-        args=(x2, y, weight if weight is not None else x2, bias if bias is not None else x2,
-              mean if mean is not None else x2, rstd if rstd is not None else x2, x2.stride(0), y.stride(0), m, n, eps,
-              *((prefetch_rows,) if variant == "fused" else ())),
+        args=(*_forward_args(x2, weight, bias, eps, y, mean, rstd), *((prefetch_rows,) if variant == "fused" else ())),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, STORE_STATS=mean is not None,
                         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec,
                         **fused_only),
         num_warps=cfg.num_warps,
     )  # fmt: skip
+
+
+def _partial_sums(variant: str, programs: int, x2, weight, bias) -> torch.Tensor | None:
+    """The backward's fp32 partial sums of dw and db, [slabs, programs, N]: one buffer for both, so
+    one allocation (and one memset) per backward. two_pass accumulates into its rows: they start at
+    zero. Fresh from PyTorch's caching allocator, it is at least 512-byte aligned."""
+    slabs = (weight is not None) + (bias is not None)
+    if not slabs:
+        return None
+    alloc = torch.zeros if variant == "two_pass" else torch.empty
+    return alloc((slabs, programs, x2.shape[1]), dtype=torch.float32, device=x2.device)
+
+
+def _backward_args(dy2, x2, weight, mean, rstd, dx, partial) -> tuple:
+    """The backward kernels' leading runtime arguments (absent tensors passed as others, never read)."""
+    m, n = x2.shape
+    return (x2, dy2, dx, weight if weight is not None else x2, mean, rstd, partial if partial is not None else mean,
+            x2.stride(0), dy2.stride(0), dx.stride(0), m, n)  # fmt: skip
 
 
 def backward_launch(
@@ -215,11 +215,7 @@ def backward_launch(
     m, n = x2.shape
     cfg = cfg or launch_config(variant, "bwd", x2.dtype, n, gpu_of(x2))
     programs = persistent_programs(cdiv(m, cfg.block_m), _sms(x2) * cfg.programs_per_sm, cfg.balanced_grid)
-    slabs = (weight is not None) + (bias is not None)
-    # two_pass accumulates into its partial rows, so they start at zero. One
-    # buffer for dw and db: one allocation (and one memset) per backward.
-    alloc = torch.zeros if variant == "two_pass" else torch.empty
-    partial = alloc((slabs, programs, n), dtype=torch.float32, device=x2.device) if slabs else None
+    partial = _partial_sums(variant, programs, x2, weight, bias)
     vec = vector_width(n, x2, dy2, dx, weight)
     prefetch, prefetch_rows = _l2_prefetch(cfg, x2, vec)
     fused_only = dict(TAIL_N=fused_tail_n(n, cfg.block_n), NUM_STAGES=cfg.num_stages,
@@ -230,8 +226,8 @@ def backward_launch(
     launch = Launch(
         kernel=_BWD_KERNELS[variant],
         grid=(programs,),
-        args=(x2, dy2, dx, weight if weight is not None else x2, mean, rstd, partial if slabs else mean,
-              x2.stride(0), dy2.stride(0), dx.stride(0), m, n, *((prefetch_rows,) if variant == "fused" else ())),
+        args=(*_backward_args(dy2, x2, weight, mean, rstd, dx, partial),
+              *((prefetch_rows,) if variant == "fused" else ())),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
                         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec,
                         **fused_only),
@@ -274,9 +270,31 @@ def layer_norm_fwd(
     if out is None:
         mean_rstd = [torch.empty(m, dtype=torch.float32, device=x2.device) for _ in range(2)] if stats else [None] * 2
         out = (torch.empty_like(x2, memory_format=torch.contiguous_format), *mean_rstd)
-    if m > 0:
+    if m == 0:
+        return out
+    if cfg is not None:
         forward_launch(x2, weight, bias, eps, variant, *out, cfg)()
+        return out
+    key = forward_key(x2, weight, bias, variant, *out)
+    args = _forward_args(x2, weight, bias, eps, *out)
+    if (kernel := bound(key)) is not None:
+        kernel(args)
+    else:
+        bind(key, forward_launch(x2, weight, bias, eps, variant, *out), len(args))
     return out
+
+
+def forward_key(x2, weight, bias, variant: str, y, mean, rstd) -> tuple:
+    """What ``forward_launch`` reads of its arguments but the tensors' data and eps: one bound kernel each."""
+    return ("fwd", variant, x2.shape, x2.stride(0), y.stride(0), x2.get_device(), _launch_env(),
+            _low_bits(x2, y, weight, bias, mean, rstd))  # fmt: skip
+
+
+def backward_key(dy2, x2, weight, bias, mean, rstd, variant: str, dx) -> tuple:
+    """What ``backward_launch`` reads of its arguments but the tensors' data and the partial sums, whose
+    shape follows from the rest and whose address is a fresh allocation's: 512-byte aligned."""
+    return ("bwd", variant, x2.shape, x2.stride(0), dy2.stride(0), dx.stride(0), x2.get_device(), _launch_env(),
+            bias is not None, _low_bits(x2, dy2, dx, weight, mean, rstd))  # fmt: skip
 
 
 def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg: LaunchConfig | None = None):
@@ -294,11 +312,37 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
         for t in sums:
             t.zero_()
         return dx, dw, db
-    launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx, cfg)
-    launch()
+    if cfg is not None:
+        launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx, cfg)
+        launch()
+        if sums:
+            column_sum_launch(partial, sums)()
+        return dx, dw, db
+    key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx)
+    if (kernel := bound(key)) is not None:
+        partial = _partial_sums(variant, kernel.grid[0], x2, weight, bias)
+        kernel(_backward_args(dy2, x2, weight, mean, rstd, dx, partial))
+    else:
+        launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx)
+        bind(key, launch, len(_backward_args(dy2, x2, weight, mean, rstd, dx, partial)))
     if sums:
-        column_sum_launch(partial, sums)()
+        key = ("sum", partial.shape, len(sums), partial.get_device(), _launch_env(), _low_bits(*sums))
+        if (kernel := bound(key)) is not None:
+            kernel((partial, sums[0], sums[-1]))
+        else:
+            bind(key, column_sum_launch(partial, sums), 3)
     return dx, dw, db
+
+
+def _launch_env() -> tuple:
+    """The variables that change a launch: another tuned table, programmatic dependent launch off."""
+    return os.environ.get(TUNED_ENV), os.environ.get(PDL_ENV)
+
+
+def _low_bits(*tensors: torch.Tensor | None) -> tuple:
+    """Each tensor's dtype and address modulo 32 (None if absent): what a launch reads of where it is
+    (vector_width, the odd-program shift) and what Triton specializes a pointer on (16-byte alignment)."""
+    return tuple(None if t is None else (t.dtype, t.data_ptr() & 31) for t in tensors)
 
 
 @functools.cache  # on every call's path

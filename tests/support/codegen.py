@@ -14,7 +14,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kernelgate.kernels.layer_norm.ops import Launch
+from kernelgate.kernels.layer_norm.launch import Launch
 
 SM90 = GPUTarget("cuda", 90, 32)
 _TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}

@@ -1,0 +1,86 @@
+"""Kernel launches, and the compiled kernels they bind to, for the LayerNorm's eager calls.
+
+A ``Launch`` is one kernel launch, fully specified: ``ops`` builds it, the tuner times it and
+``support.codegen`` compiles it ahead of time on meta tensors. Launched by ``kernel[grid](...)``,
+Triton binds and specializes its arguments, hashes a cache key and looks the compiled kernel up on
+every call: on an H200's host that is about 20 us of the forward's 62, where eager torch's whole
+call takes 12.
+
+``bind`` does that once per launch key, and ``bound(key)`` afterwards calls the compiled kernel's
+launcher directly, as Triton's fused-softmax tutorial does. The key must therefore determine everything the
+launch depends on but its tensors and float arguments: the configuration and, for Triton's
+specialization, every integer argument's value and each pointer's alignment. ``ops`` keys on the
+integers themselves and on each pointer's low five bits.
+"""
+
+import dataclasses
+from collections.abc import Hashable
+
+import triton
+from triton import knobs
+from triton.runtime import driver
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One kernel launch: run it, or compile it ahead of time (``support.codegen`` builds it on meta
+    tensors to inspect the machine code)."""
+
+    kernel: triton.JITFunction
+    grid: tuple[int, ...]
+    args: tuple
+    constexprs: dict
+    num_warps: int
+
+    def __call__(self):
+        """Launch; returns Triton's compiled kernel (``n_regs``, ``n_spills``), None in the interpreter."""
+        pdl = self.constexprs.get("PDL", False)  # kernels that take PDL wait for their predecessor when it is set
+        return self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps, launch_pdl=pdl)
+
+    @property
+    def arguments(self) -> dict:
+        """The runtime arguments by the kernel's parameter names."""
+        names = [name for name in self.kernel.arg_names if name not in self.constexprs]
+        return dict(zip(names, self.args, strict=True))
+
+
+class Bound:
+    """A compiled kernel with the launch it was compiled for, launched again on new leading arguments."""
+
+    def __init__(self, launch: Launch, compiled, leading: int):
+        names = launch.kernel.arg_names
+        if any(name in launch.constexprs for name in names[: len(launch.args)]):
+            raise TypeError(f"{launch.kernel.__name__}: constexpr parameters must follow the runtime ones")
+        self.compiled = compiled
+        self.grid = (*launch.grid, 1, 1)[:3]
+        # The launcher takes every parameter in order; it skips the constexprs' values.
+        self.trailing = (*launch.args[leading:], *(launch.constexprs[name] for name in names[len(launch.args) :]))
+        self.device = launch.args[0].get_device()
+        compiled[self.grid]  # loads the module on the device (Triton's own first launch did too)
+
+    def __call__(self, leading: tuple) -> None:
+        args = (*leading, *self.trailing)
+        stream = driver.active.get_current_stream(self.device)
+        if knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls:  # a profiler listens
+            self.compiled[self.grid](*args, stream=stream)
+            return
+        c = self.compiled
+        c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *args)
+
+
+_BOUND: dict[Hashable, Bound] = {}
+
+
+def bound(key: Hashable) -> Bound | None:
+    """The kernel bound to ``key``, if one is. Every launch ``key`` stands for must equal the bound one
+    but in its leading arguments, and those may differ only where Triton does not specialize: tensors
+    of the same dtype and alignment, floats."""
+    return _BOUND.get(key)
+
+
+def bind(key: Hashable, launch: Launch, leading: int) -> None:
+    """Launch ``launch`` through Triton, and bind its compiled kernel to ``key``: later launches pass
+    only the first ``leading`` runtime arguments."""
+    compiled = launch()
+    if compiled is not None:  # None: Triton's interpreter, which has no launcher to bind
+        _BOUND[key] = Bound(launch, compiled, leading)
