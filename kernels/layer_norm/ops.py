@@ -74,9 +74,16 @@ def _check_inputs(x, normalized_shape, weight, bias) -> int:
 
 
 def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
-    """A 2-D [M, N] view with unit column stride (copying only if needed)."""
-    t2 = t.reshape(-1, n)
-    return t2 if t2.stride(-1) == 1 or n == 1 else t2.contiguous()
+    """A 2-D [M, N] view with unit column stride (copying only if needed). A tensor that already is
+    one is returned as it is: on every call's path, a reshape costs more host time than the check."""
+    if t.dim() != 2 or t.shape[1] != n:
+        t = t.reshape(-1, n)
+    return t if t.stride(-1) == 1 or n == 1 else t.contiguous()
+
+
+def _shaped(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``t`` viewed as ``shape`` (itself where it has that shape already, the common 2-D call)."""
+    return t if t.shape == shape else t.view(shape)
 
 
 @functools.cache
@@ -362,7 +369,7 @@ def _forward(x, normalized_shape, weight, bias, eps, variant, stats=True):
     x2 = _rows(x, n)
     variant = select_variant(variant, "fwd", x.dtype, n, gpu_of(x))
     y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, variant, stats=stats)
-    return y.view(x.shape), (x2, mean, rstd)
+    return _shaped(y, x.shape), (x2, mean, rstd)
 
 
 class LayerNormFunction(torch.autograd.Function):
@@ -379,7 +386,7 @@ class LayerNormFunction(torch.autograd.Function):
         x2, weight, bias, mean, rstd = ctx.saved_tensors
         variant = select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2))
         dx, dw, db = layer_norm_bwd(_rows(dy, x2.shape[1]), x2, weight, bias, mean, rstd, variant)
-        return dx.view(ctx.x_shape), None, dw, db, None, None
+        return _shaped(dx, ctx.x_shape), None, dw, db, None, None
 
 
 def _needs_grad(*tensors: torch.Tensor | None) -> bool:
