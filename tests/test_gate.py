@@ -321,6 +321,30 @@ def test_order_rule_breach(gate):
     assert breach["limit"] == "not slower than (seed-gqa-192-128-causal, elem)"
 
 
+def test_informational_breaches_fold_into_one_report_row_below_the_failures(gate):
+    speedups = {case: 1.5 + i / 100 for i, case in enumerate(SMALL_SPACE[LN_SPEEDUP].cases(LN_SPEEDUP))}
+    target = (
+        with_defaults("")
+        + f"""
+[[rule]]
+why = "a target not reached yet"
+benchmark = "{LN_SPEEDUP}"
+min = 2.0
+informational = true
+"""
+    )
+    gate.write(head={TWO_PASS_TIME: samples(1.10e-3, "slow"), **speedups})
+    code, verdict = gate.run(thresholds=target)
+    warned = [f for f in verdict["findings"] if f["verdict"] == "warn" and f["check"] == "floor"]
+    table = [line for line in (gate.out / "report.md").read_text().splitlines() if line.startswith("| **")]
+    assert code == 1
+    assert len(warned) == len(speedups) == 2 and {f["rule"] for f in warned} == {"a target not reached yet"}
+    assert table[0].startswith("| **fail** | LayerNorm.time_layer_norm | 4096x5000, float32, fwd, two_pass |")
+    (folded,) = [line for line in table if line.startswith("| **warn** | LayerNormMetrics.track_speedup_vs_torch")]
+    assert "| 2 cases, worst: 4096x4096, float32, fwd, two_pass | floor |" in folded
+    assert folded.endswith("| 0.750-0.755 | ≥ 2 | a target not reached yet |")
+
+
 def test_missing_benchmark_and_case(gate):
     # Head's suite still has every case; head's results lack some (asv did not record them).
     head_space = {name: bench for name, bench in SMALL_SPACE.items() if name != ATT_TIME}

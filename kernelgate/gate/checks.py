@@ -177,7 +177,7 @@ def _bound(rule: Rule, case: Case, m: Measurement, unit: str, check: str, bound:
     return Finding(
         check, case.benchmark, case.label, _verdict(ok, rule.informational), reason,
         head=m.value, ratio=_ratio(m.value, bound), limit=limit, unit=unit, badness=badness,
-        remeasure=(("head", case.asv_id),),
+        remeasure=(("head", case.asv_id),), rule=rule.why,
     )  # fmt: skip
 
 
@@ -204,6 +204,7 @@ def _slowdown(
         "slowdown", case.benchmark, case.label, _verdict(not slower, rule is not None and rule.informational), reason,
         base=b.value, head=h.value, ratio=ratio, limit=f"≤ +{limit:.0%}", unit=unit, badness=ratio / (1 + limit),
         remeasure=(("base", case.asv_id), ("head", case.asv_id)),
+        rule=rule.why if rule else "default",
     )  # fmt: skip
 
 
@@ -239,6 +240,7 @@ def _order(rule: Rule, case: Case, m: Measurement, other: Case, o: Measurement, 
         "order", case.benchmark, case.label, _verdict(not slower, rule.informational), reason,
         head=m.value, ratio=ratio, limit=f"not slower than ({other.label})", unit=unit, badness=ratio,
         remeasure=(("head", case.asv_id), ("head", other.asv_id)),
+        rule=rule.why,
     )  # fmt: skip
 
 

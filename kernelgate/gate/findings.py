@@ -33,6 +33,8 @@ class Finding:
     badness: float = math.inf
     # What a re-measurement must re-run, as (role, asv case id); empty: the failure is not noise.
     remeasure: tuple[tuple[str, str], ...] = ()
+    # The `why` of the threshold rule that judged it ("default" for [defaults]); empty where no rule did.
+    rule: str = ""
 
     @property
     def key(self) -> tuple[str, str, str, str]:

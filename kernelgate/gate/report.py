@@ -50,21 +50,54 @@ def markdown(outcome: Outcome) -> str:
         rows = worst_first(list(outcome.findings))
     if not rows:
         return "\n".join(lines)
+    shown = _fold_warnings(rows)
     lines += [
         "| verdict | kernel | case | check | base | head | ratio | limit | why |",
         "|---|---|---|---|---|---|---|---|---|",
-        *(_row(f) for f in rows[:SHOWN_ROWS]),
+        *shown[:SHOWN_ROWS],
     ]
-    if len(rows) > SHOWN_ROWS:
-        lines += ["", f"… and {len(rows) - SHOWN_ROWS} more rows, less severe than those shown, in verdict.json."]
+    if len(shown) > SHOWN_ROWS:
+        lines += ["", f"… and {len(shown) - SHOWN_ROWS} more rows, less severe than those shown, in verdict.json."]
     return "\n".join([*lines, ""])
 
 
+def _fold_warnings(rows: list[Finding]) -> list[str]:
+    """Table rows, worst first. Warnings of one kind on several cases (an informational target not
+    reached yet, cases new in head) fold into one row with their count and ratio range, so they
+    cannot bury a failure."""
+    groups: dict[tuple[str, ...], list[Finding]] = collections.defaultdict(list)
+    for f in rows:
+        if f.verdict is Verdict.WARN:
+            groups[_fold_key(f)].append(f)
+    shown = []
+    for f in rows:
+        group = groups[_fold_key(f)] if f.verdict is Verdict.WARN else []
+        if len(group) < 2:
+            shown.append(_row(f))
+        elif f is group[0]:  # the worst of its group, since rows are worst first
+            shown.append(_folded_row(group))
+    return shown
+
+
+def _fold_key(f: Finding) -> tuple[str, ...]:
+    return f.check, f.benchmark, f.limit, f.rule or f.reason
+
+
 def _row(f: Finding) -> str:
-    ratio = "" if f.ratio is None else f"{f.ratio:.3f}"
+    return _table_row(f, f"**{f.verdict.value}**", f.case, "" if f.ratio is None else f"{f.ratio:.3f}", f.reason)
+
+
+def _folded_row(group: list[Finding]) -> str:
+    worst = group[0]
+    ratios = [f.ratio for f in group if f.ratio is not None]
+    ratio = f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else ""
+    case = f"{len(group)} cases, worst: {worst.case}"
+    return _table_row(worst, f"**{worst.verdict.value}**", case, ratio, _fold_key(worst)[-1])
+
+
+def _table_row(f: Finding, verdict: str, case: str, ratio: str, why: str) -> str:
     kernel = f.benchmark.split(".", 1)[-1]  # the module name repeats the class's
-    cells = [f"**{f.verdict.value}**", kernel, f.case, f.check, human(f.base, f.unit), human(f.head, f.unit), ratio]
-    cells += [f.limit, f.reason]
+    cells = [verdict, kernel, case, f.check, human(f.base, f.unit), human(f.head, f.unit), ratio, f.limit, why]
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
