@@ -323,16 +323,13 @@ def test_order_rule_breach(gate):
 
 def test_informational_breaches_fold_into_one_report_row_below_the_failures(gate):
     speedups = {case: 1.5 + i / 100 for i, case in enumerate(SMALL_SPACE[LN_SPEEDUP].cases(LN_SPEEDUP))}
-    target = (
-        with_defaults("")
-        + f"""
+    target = f"""{SMALL_THRESHOLDS}
 [[rule]]
 why = "a target not reached yet"
 benchmark = "{LN_SPEEDUP}"
 min = 2.0
 informational = true
 """
-    )
     gate.write(head={TWO_PASS_TIME: samples(1.10e-3, "slow"), **speedups})
     code, verdict = gate.run(thresholds=target)
     warned = [f for f in verdict["findings"] if f["verdict"] == "warn" and f["check"] == "floor"]
