@@ -15,7 +15,6 @@ from kernelgate.cases.layer_norm import CORRECTNESS_CASES, LAYER_NORM_VARIANTS, 
 from kernelgate.kernels.device import interpreter_mode
 from kernelgate.kernels.layer_norm.config import (
     FUSED_MAX_N,
-    LaunchConfig,
     cdiv,
     fused_tail_n,
     heuristic_config,
@@ -25,7 +24,6 @@ from kernelgate.kernels.layer_norm.config import (
 )
 from kernelgate.kernels.layer_norm.launch import bound
 from kernelgate.kernels.layer_norm.ops import (
-    _odd_program_shift,
     _rows,
     _sms,
     backward_key,
@@ -37,7 +35,6 @@ from kernelgate.kernels.layer_norm.ops import (
     layer_norm_fwd,
     pdl_of,
     select_variant,
-    vector_width,
 )
 from kernelgate.kernels.layer_norm.reference import layer_norm_ref
 
@@ -188,80 +185,6 @@ def test_fused_backward_single_reduction(dtype, tile, kernel_device):
         single_reduction=True,
     )
     _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, {"bwd": cfg}))
-
-
-@pytest.mark.parametrize("tile", ["whole row", "two pieces"])
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_fused_backward_odd_programs_shift_their_lanes(dtype, tile, kernel_device):
-    """16-bit rows of 5000 are 625 16-byte units, so every odd row starts mid-sector, and on an
-    even grid of one-row blocks the odd programs start their lanes 8 columns early. Those lanes,
-    before column 0 and past N, must add nothing to dx, dw or db; an odd M leaves the last odd
-    program a row short."""
-    n = 5000
-    case = _sized(LayerNormCase(2 * _sms(torch.empty(0, device=kernel_device)) + 3, n, dtype, offset=1e3))
-    cfg = dataclasses.replace(
-        heuristic_config("fused", "bwd", case.torch_dtype, n),
-        block_m=1,
-        block_n=next_power_of_2(n) if tile == "whole row" else prev_power_of_2(n),
-        programs_per_sm=1,
-    )
-    rows = torch.empty(case.m, n, dtype=case.torch_dtype, device=kernel_device)
-    stats = torch.empty(case.m, device=kernel_device)
-    launch, _ = backward_launch(rows, rows, None, None, stats, stats, "fused", rows, cfg)
-    assert launch.constexprs["ODD_PROGRAM_SHIFT"] == 8, "the launch does not shift"
-    _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, {"bwd": cfg}))
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_fused_backward_column_sum_released_early_changes_no_bit(dtype, cuda_device):
-    """release_column_sum lets the column sum launch while the row kernel runs its last row blocks
-    (sm_90+); it still waits for the whole row kernel. Back-to-back backwards replayed from a CUDA
-    graph, where nothing else separates the kernels, give dx, dw and db bit for bit as without."""
-    case = LayerNormCase(1001, 4096, dtype, offset=1e3)
-    x, w, b = case.make_inputs(cuda_device)
-    _, mean, rstd = layer_norm_fwd(x, w, b, case.eps, "fused")
-    plain = heuristic_config("fused", "bwd", case.torch_dtype, case.n)
-    cfg = dataclasses.replace(plain, release_column_sum=True)
-    if not backward_launch(x, x, w, b, mean, rstd, "fused", x, cfg)[0].constexprs["RELEASE_COLUMN_SUM"]:
-        pytest.skip(f"NOT RUN: no programmatic dependent launch on {torch.cuda.get_device_name(x.device)} (sm_90+)")
-    dys = [torch.randn_like(x) for _ in range(3)]
-    outs = [tuple(torch.empty_like(t) for t in (x, w, b)) for _ in dys]
-
-    def backwards():
-        for dy, out in zip(dys, outs, strict=True):
-            layer_norm_bwd(dy, x, w, b, mean, rstd, "fused", out=out, cfg=cfg)
-
-    backwards()  # compiles outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        backwards()
-    for t in (t for out in outs for t in out):
-        t.fill_(float("nan"))
-    graph.replay()
-    for dy, out in zip(dys, outs, strict=True):
-        expected = layer_norm_bwd(dy, x, w, b, mean, rstd, "fused", cfg=plain)
-        for name, got, want in zip(("dx", "dw", "db"), out, expected, strict=True):
-            assert torch.equal(got, want), name
-    refs = layer_norm_ref(x, w, b, case.eps, dys[-1])[1:4]
-    _assert_matches_reference(case, dict(zip(("dx", "dw", "db"), zip(outs[-1], refs, strict=True), strict=True)))
-
-
-def test_odd_program_shift_only_where_odd_rows_start_mid_sector():
-    one_row = LaunchConfig(1, 4096, 4, programs_per_sm=1)
-
-    def shift(dtype, n, stride=None, programs=132, cfg=one_row):
-        t = torch.empty_strided((8, n), (stride or n, 1), dtype=dtype, device="meta")
-        cfg = dataclasses.replace(cfg, block_n=min(cfg.block_n, next_power_of_2(n)))
-        return _odd_program_shift(cfg, programs, vector_width(n, t), n, t, t, t)
-
-    assert shift(torch.bfloat16, 5000) == shift(torch.float16, 24) == 8
-    assert shift(torch.float32, 5000) == 0, "20000-byte rows: every row starts on a sector"
-    assert shift(torch.bfloat16, 4096) == 0
-    assert shift(torch.bfloat16, 5000, stride=5008) == 0, "rows padded to whole sectors"
-    assert shift(torch.bfloat16, 5002) == 0, "rows not 16-byte aligned: no 16-byte accesses to align"
-    assert shift(torch.bfloat16, 5000, programs=131) == 0, "odd grid: a program sees rows of both parities"
-    assert shift(torch.bfloat16, 5000, cfg=dataclasses.replace(one_row, block_m=2)) == 0
-    assert shift(torch.bfloat16, 8) == 0, "8 lanes cannot start 8 columns early and still reach N"
 
 
 @pytest.mark.parametrize(

@@ -32,12 +32,10 @@ from kernelgate.tune.space import (
     PREFETCH_LEADERS,
     PREFETCH_PER_SM,
     REFINED_LEADERS,
-    RELEASE_LEADERS,
     block_table_configs,
     candidates,
     compile_unit,
     refinements,
-    released,
 )
 
 
@@ -136,15 +134,6 @@ def test_the_fused_leaders_are_tried_again_with_each_prefetch_distance(direction
     assert 0 not in PREFETCH_PER_SM, "without prefetch, the leader itself was timed already"
     kernels = {dataclasses.replace(compile_unit(c), prefetch_per_sm=1) for c in tried}
     assert set(map(compile_unit, prefetching)) == kernels, "one more kernel per leader, whatever the distance"
-
-
-def test_the_fused_backward_leaders_are_tried_last_with_the_column_sum_released():
-    ranked = candidates("fused", "bwd", torch.bfloat16, 4096)[:5]
-    tried = released("fused", "bwd", ranked)
-    assert all(c.release_column_sum for c in tried)
-    assert [dataclasses.replace(c, release_column_sum=False) for c in tried] == ranked[:RELEASE_LEADERS]
-    assert set(map(compile_unit, tried)).isdisjoint(map(compile_unit, ranked)), "one more kernel each"
-    assert released("fused", "fwd", ranked) == released("two_pass", "bwd", ranked) == []
 
 
 def test_a_sweep_written_to_json_reads_back(tmp_path):

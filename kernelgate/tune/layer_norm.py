@@ -23,8 +23,7 @@ inference: storing the statistics compiles another kernel that ranks differently
 (on an H100, fp16 4096x5000's earlier pick took 31.1 us storing them and 33.8 us
 without; the heuristic's configuration 32.6 and 31.7 us). Each key's leaders are
 then timed once more with the runtime-argument variations of
-``kernelgate.tune.space.refinements``, and the fused backward's first few after those
-with the column sum released early (``released``). The backward is timed
+``kernelgate.tune.space.refinements``. The backward is timed
 as the whole ``layer_norm_bwd`` (main kernel, partial buffer, column sums), since
 the grid's size changes the column-sum work too. Last, the ``CONFIRMED_LEADERS``
 first are timed again, round by round in turn (``kernelgate.measure.timing.interleaved_ms``, as
@@ -67,7 +66,6 @@ from kernelgate.tune.space import (
     compile_unit,
     compile_units,
     refinements,
-    released,
     variants_for,
 )
 
@@ -146,11 +144,7 @@ def estimate_s(
     units = {(k.variant, k.direction, k.dtype, k.n, c) for k in keys for c in compile_units(key_candidates(k))}
     # The refinements are of the leaders: any REFINED_LEADERS candidates count the same. Their own
     # kernels compile one at a time in the timing process.
-    refined = {
-        k: refinements(k.variant, k.direction, key_candidates(k)[:REFINED_LEADERS])
-        + released(k.variant, k.direction, key_candidates(k))
-        for k in keys
-    }
+    refined = {k: refinements(k.variant, k.direction, key_candidates(k)[:REFINED_LEADERS]) for k in keys}
     compiled_when_timed = sum(
         len(set(compile_units(r)) - set(compile_units(key_candidates(k)))) for k, r in refined.items()
     )
@@ -236,8 +230,7 @@ def _option_columns(key: Key) -> dict[str, str]:
     prefetch = {"prefetch/SM": "prefetch_per_sm"}
     if key.direction == "bwd":
         pipeline = {"programs/SM": "programs_per_sm", "stages": "num_stages"}
-        fused = {"balanced grid": "balanced_grid", "one reduction": "single_reduction", **prefetch,
-                 "release": "release_column_sum"}  # fmt: skip
+        fused = {"balanced grid": "balanced_grid", "one reduction": "single_reduction", **prefetch}
         return {**pipeline, **fused} if key.variant == "fused" else pipeline
     fused = {"preload w, b": "preload_affine", "one reduction": "single_reduction", **prefetch}
     return fused if key.variant == "fused" else {}
@@ -328,8 +321,6 @@ def run(args, keys: dict[Key, list[LayerNormCase]], block_table: bool, gpu: str)
         measured = time_on_shapes(key, cases, [c for c in key_candidates(key) if usable(key, c)], args)
         leaders = [cfg for cfg, _ in ranked_by_geomean(measured)[:REFINED_LEADERS]]
         measured += time_on_shapes(key, cases, refinements(key.variant, key.direction, leaders), args)
-        refined_leaders = [cfg for cfg, _ in ranked_by_geomean(measured)]
-        measured += time_on_shapes(key, cases, released(key.variant, key.direction, refined_leaders), args)
         all_measured += measured
         ranked = ranked_by_geomean(measured)
         if not ranked:

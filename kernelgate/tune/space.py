@@ -156,21 +156,6 @@ def refinements(variant: str, direction: str, leaders: list[LaunchConfig]) -> li
     return balanced + prefetching
 
 
-# The fused backward's early release of the column sum, tried last on the configurations ranked first
-# after the refinements, since whether it pays depends on the tile, grid and prefetch (on an H200,
-# 1.015-1.03x at 16-bit 4096x4096 and 4096x1024, 0.985x at 4096x8192). On four of them per key the
-# full sweep's estimate passed 10 minutes.
-RELEASE_LEADERS = 2
-
-
-def released(variant: str, direction: str, ranked: list[LaunchConfig]) -> list[LaunchConfig]:
-    """The fused backward's first ``RELEASE_LEADERS`` configurations with the column sum released
-    early (``release_column_sum``; one more kernel each, compiled where it is timed)."""
-    if (variant, direction) != ("fused", "bwd"):
-        return []
-    return [dataclasses.replace(cfg, release_column_sum=True) for cfg in ranked[:RELEASE_LEADERS]]
-
-
 def compile_unit(cfg: LaunchConfig) -> LaunchConfig:
     """The configuration that names ``cfg``'s kernel: the persistent grid's size and the prefetch
     distance are runtime arguments; whether it prefetches is in the code."""

@@ -59,11 +59,6 @@ class LaunchConfig:
     # into L2 the rows this many times the SM count of row blocks later (0: off). About one resident
     # grid ahead pays in the forward; further, the rows are evicted before use.
     prefetch_per_sm: int = 0
-    # Fused backward only (sm_90+): each program lets the column sum launch (programmatic dependent
-    # launch) when it starts its last row block, so that the column sum's programs are resident,
-    # waiting, when the row kernel ends. Released from the start instead, their waiting programs slowed
-    # the row kernel (16-bit 4096x4096 1.05x slower on an H200).
-    release_column_sum: bool = False
 
 
 # Host-side integer helpers. triton.cdiv and triton.next_power_of_2 are

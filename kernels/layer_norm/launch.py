@@ -10,7 +10,7 @@ call takes 12.
 launcher directly, as Triton's fused-softmax tutorial does. The key must therefore determine everything the
 launch depends on but its tensors and float arguments: the configuration and, for Triton's
 specialization, every integer argument's value and each pointer's alignment. ``ops`` keys on the
-integers themselves and on each pointer's low five bits.
+integers themselves and on each pointer's low four bits.
 """
 
 import dataclasses

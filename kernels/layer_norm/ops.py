@@ -138,24 +138,6 @@ def _l2_prefetch(cfg: LaunchConfig, x2: torch.Tensor, vec: int) -> tuple[bool, i
     return prefetch, cfg.prefetch_per_sm * _sms(x2) * cfg.block_m if prefetch else 0
 
 
-def _odd_program_shift(cfg: LaunchConfig, programs: int, vec: int, n: int, *rows: torch.Tensor) -> int:
-    """Elements by which the fused backward's odd programs start their lanes before column 0 (0: none).
-
-    With one row per block and an even number of programs, program p loads only rows of p's parity.
-    Where 16-byte aligned rows are an odd number of 16-byte units long (16-bit N = 5000), every odd
-    row starts mid-sector, so each warp's cp.async copies straddle one 32-byte sector more than they
-    fill: on an H200 the row kernel ran 1.07x faster on rows padded to whole sectors. Lanes shifted back
-    16 bytes cover whole sectors again, if they still reach N: the 16-bit 4096x5000 backward ran
-    1.02x (bf16) and 1.06x (fp16) faster so on an H200."""
-    elem = rows[0].element_size()
-    if cfg.block_m != 1 or programs % 2 or vec * elem != 16:
-        return 0
-    if any(t.data_ptr() % 32 or t.stride(0) * elem % 32 != 16 for t in rows):
-        return 0
-    shift = 16 // elem
-    return shift if cfg.block_n + fused_tail_n(n, cfg.block_n) >= n + shift else 0
-
-
 def _forward_args(x2, weight, bias, eps: float, y, mean, rstd) -> tuple:
     """The forward kernels' leading runtime arguments (absent tensors passed as x2, never read)."""
     m, n = x2.shape
@@ -227,8 +209,6 @@ def backward_launch(
     prefetch, prefetch_rows = _l2_prefetch(cfg, x2, vec)
     fused_only = dict(TAIL_N=fused_tail_n(n, cfg.block_n), NUM_STAGES=cfg.num_stages,
                       SINGLE_REDUCTION=cfg.single_reduction, PREFETCH=prefetch,
-                      RELEASE_COLUMN_SUM=cfg.release_column_sum and pdl_of(x2),
-                      ODD_PROGRAM_SHIFT=_odd_program_shift(cfg, programs, vec, n, x2, dy2, dx),
                       ) if variant == "fused" else {}  # fmt: skip
     launch = Launch(
         kernel=_BWD_KERNELS[variant],
@@ -347,9 +327,9 @@ def _launch_env() -> tuple:
 
 
 def _low_bits(*tensors: torch.Tensor | None) -> tuple:
-    """Each tensor's dtype and address modulo 32 (None if absent): what a launch reads of where it is
-    (vector_width, the odd-program shift) and what Triton specializes a pointer on (16-byte alignment)."""
-    return tuple(None if t is None else (t.dtype, t.data_ptr() & 31) for t in tensors)
+    """Each tensor's dtype and address modulo 16 (None if absent): what a launch reads of where it is
+    (vector_width) and what Triton specializes a pointer on (16-byte alignment)."""
+    return tuple(None if t is None else (t.dtype, t.data_ptr() & 15) for t in tensors)
 
 
 @functools.cache  # on every call's path

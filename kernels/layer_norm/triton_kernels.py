@@ -59,11 +59,7 @@ stream drains and waits for it before touching memory (``_await_previous_kernel`
 which hides the launch gap between back-to-back kernels. On an H200 that made the
 fused forward 1.01-1.10x faster; two_pass's forward ran 0.89-1.03x (its 1-warp
 N=1024 16-bit configurations lost) and the persistent backwards up to 1.18x slower,
-so those launch as before. The fused backward may let the column sum launch early
-(``RELEASE_COLUMN_SUM``, tuned per key): when each program starts its last row block.
-On an H200 that made 16-bit 4096x4096 and 4096x1024 1.015-1.03x faster and 4096x8192
-1.015x slower; released from the row kernel's start, the column sum's programs, resident
-and waiting beside it, made 16-bit 4096x4096 1.05x slower.
+so those launch as before.
 """
 
 import triton
@@ -117,10 +113,9 @@ def _partial_rows(Partial, N, HAS_WEIGHT: tl.constexpr):
 
 @triton.jit
 def _piece(X, rows, row_ok, stride, start, N, WIDTH: tl.constexpr):
-    # Columns [start, start + WIDTH) of the rows, masked outside [0, N) (unsigned: one compare,
-    # start may be negative): (x as fp32, cols, column mask, mask).
+    # Columns [start, start + WIDTH) of the rows, masked past N: (x as fp32, cols, column mask, mask).
     cols = start + tl.arange(0, WIDTH)
-    col_ok = cols.to(tl.uint32, bitcast=True) < N
+    col_ok = cols < N
     mask = row_ok[:, None] & col_ok[None, :]
     x = tl.load(X + _row_offsets(rows, stride) + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     return x, cols, col_ok, mask
@@ -357,44 +352,35 @@ def fused_bwd_kernel(
     NUM_STAGES: tl.constexpr,  # > 1: the next row blocks' x, dy load (cp.async) during this one's math
     SINGLE_REDUCTION: tl.constexpr,  # c1's and c2's row sums in one cross-warp exchange per piece
     PREFETCH: tl.constexpr,  # sm_90+, 16-byte aligned rows: pull later rows into L2 first
-    RELEASE_COLUMN_SUM: tl.constexpr,  # sm_90+: let the column sum launch at each program's last row block
-    ODD_PROGRAM_SHIFT: tl.constexpr,  # 0, or elements odd programs start their lanes before column 0
 ):
     N, stride_x = _aligned(N, VEC), _aligned(stride_x, VEC)
     stride_dy, stride_dx = _aligned(stride_dy, VEC), _aligned(stride_dx, VEC)
     # Persistent: program p handles row blocks p, p + programs, ...
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    # With an even number of programs and one row per block, program p only sees rows of p's
-    # parity: odd programs, whose rows start mid-sector, start their lanes that much earlier, so
-    # that every warp's loads cover whole 32-byte sectors.
-    lane0 = -(pid % 2) * ODD_PROGRAM_SHIFT
-    cols = lane0 + tl.arange(0, BLOCK_N)
-    col_ok = cols.to(tl.uint32, bitcast=True) < N
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < N
     w = _param_piece(W, cols, col_ok, HAS_WEIGHT, 1.0).to(tl.float32)  # ones: g = dy exactly
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
     db = tl.zeros([BLOCK_N], dtype=tl.float32)
     if TAIL_N > 0:
-        cols_t = lane0 + BLOCK_N + tl.arange(0, TAIL_N)
+        cols_t = BLOCK_N + tl.arange(0, TAIL_N)
         col_ok_t = cols_t < N
         w_t = _param_piece(W, cols_t, col_ok_t, HAS_WEIGHT, 1.0).to(tl.float32)
         dw_t = tl.zeros([TAIL_N], dtype=tl.float32)
         db_t = tl.zeros([TAIL_N], dtype=tl.float32)
     for block in tl.range(pid, tl.cdiv(M, BLOCK_M), programs, num_stages=NUM_STAGES):
-        if RELEASE_COLUMN_SUM:  # noqa: SIM102 (a constexpr guard: no code unless set)
-            if block + programs >= tl.cdiv(M, BLOCK_M):  # this program's last row block
-                tl_cuda.gdc_launch_dependents()
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < M
         if PREFETCH:
             ahead = rows + prefetch_rows
             _prefetch_rows_into_l2(X, ahead, ahead < M, stride_x, N)
             _prefetch_rows_into_l2(DY, ahead, ahead < M, stride_dy, N)
-        x, _, _, mask = _piece(X, rows, row_ok, stride_x, lane0, N, BLOCK_N)
-        dy, _, _, _ = _piece(DY, rows, row_ok, stride_dy, lane0, N, BLOCK_N)
+        x, _, _, mask = _piece(X, rows, row_ok, stride_x, 0, N, BLOCK_N)
+        dy, _, _, _ = _piece(DY, rows, row_ok, stride_dy, 0, N, BLOCK_N)
         if TAIL_N > 0:
-            x_t, _, _, mask_t = _piece(X, rows, row_ok, stride_x, lane0 + BLOCK_N, N, TAIL_N)
-            dy_t, _, _, _ = _piece(DY, rows, row_ok, stride_dy, lane0 + BLOCK_N, N, TAIL_N)
+            x_t, _, _, mask_t = _piece(X, rows, row_ok, stride_x, BLOCK_N, N, TAIL_N)
+            dy_t, _, _, _ = _piece(DY, rows, row_ok, stride_dy, BLOCK_N, N, TAIL_N)
         mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
         rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
         # Masked lanes load x = dy = 0, so g = 0 there and need no masking of their own, as long
