@@ -496,6 +496,16 @@ def test_normalized_shape_must_match_trailing_dims(kernel_device):
         kernels.layer_norm(torch.randn(4, 8, device=kernel_device), (16,))
 
 
+@pytest.mark.parametrize(
+    ("normalized_shape", "error", "match"),
+    [((), ValueError, "normalized_shape is empty"), (8.0, TypeError, "got 8.0"), ((4, "2"), TypeError, "ints")],
+    ids=["empty", "float", "str-entry"],
+)
+def test_normalized_shape_must_be_ints_and_not_empty(normalized_shape, error, match, kernel_device):
+    with pytest.raises(error, match=match):
+        kernels.layer_norm(torch.randn(4, 8, device=kernel_device), normalized_shape)
+
+
 def test_unknown_variant_is_refused(kernel_device):
     with pytest.raises(ValueError, match="unknown variant 'fastest'"):
         kernels.layer_norm(torch.randn(4, 8, device=kernel_device), 8, variant="fastest")

@@ -6,6 +6,7 @@ registers, N <= FUSED_MAX_N), "two_pass" (any N) or "auto".
 """
 
 import functools
+import operator
 import os
 from collections.abc import Sequence
 
@@ -49,9 +50,18 @@ def _check_tensor(name: str, t: torch.Tensor, like: torch.Tensor | None = None) 
 
 
 def _normalized_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
+    """As a tuple of ints; like torch's, at least one dimension (an empty one would normalize nothing)."""
     if isinstance(normalized_shape, int):
         return (normalized_shape,)
-    return tuple(normalized_shape)
+    try:
+        shape = tuple(operator.index(d) for d in normalized_shape)
+    except TypeError:
+        raise TypeError(
+            f"layer_norm: normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}"
+        ) from None
+    if not shape:
+        raise ValueError("layer_norm: normalized_shape is empty; it needs at least the last dimension's size")
+    return shape
 
 
 def _check_inputs(x, normalized_shape, weight, bias) -> int:
