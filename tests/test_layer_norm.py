@@ -497,6 +497,17 @@ def test_normalized_shape_must_match_trailing_dims(kernel_device):
 
 
 @pytest.mark.parametrize(
+    ("eps", "error", "match"),
+    [("1e-5", TypeError, "got str"), (None, TypeError, "got NoneType"), (-1e-5, ValueError, "got -1e-05"),
+     (float("nan"), ValueError, "got nan"), (float("inf"), ValueError, "got inf")],
+    ids=["str", "none", "negative", "nan", "inf"],
+)  # fmt: skip
+def test_eps_must_be_a_finite_non_negative_number(eps, error, match, kernel_device):
+    with pytest.raises(error, match=match):
+        kernels.layer_norm(torch.randn(4, 8, device=kernel_device), 8, eps=eps)
+
+
+@pytest.mark.parametrize(
     ("normalized_shape", "error", "match"),
     [((), ValueError, "normalized_shape is empty"), (8.0, TypeError, "got 8.0"), ((4, "2"), TypeError, "ints")],
     ids=["empty", "float", "str-entry"],

@@ -6,6 +6,7 @@ registers, N <= FUSED_MAX_N), "two_pass" (any N) or "auto".
 """
 
 import functools
+import math
 import operator
 import os
 from collections.abc import Sequence
@@ -64,9 +65,13 @@ def _normalized_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
     return shape
 
 
-def _check_inputs(x, normalized_shape, weight, bias) -> int:
+def _check_inputs(x, normalized_shape, weight, bias, eps) -> int:
     """Validate everything a launch depends on; return N, the row length."""
     _check_tensor("x", x)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"layer_norm: eps must be a float, got {type(eps).__name__}")
+    if not 0 <= eps < math.inf:  # a negative eps turns rows of small variance to NaN
+        raise ValueError(f"layer_norm: eps must be finite and at least 0, got {eps}")
     if tuple(x.shape[x.dim() - len(normalized_shape) :]) != normalized_shape or x.dim() < len(normalized_shape):
         raise ValueError(f"layer_norm: x of shape {tuple(x.shape)} does not end in normalized_shape {normalized_shape}")
     n = 1
@@ -355,7 +360,7 @@ def select_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu
 
 
 def _forward(x, normalized_shape, weight, bias, eps, variant, stats=True):
-    n = _check_inputs(x, normalized_shape, weight, bias)
+    n = _check_inputs(x, normalized_shape, weight, bias, eps)
     x2 = _rows(x, n)
     variant = select_variant(variant, "fwd", x.dtype, n, gpu_of(x))
     y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, variant, stats=stats)
