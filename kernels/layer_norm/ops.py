@@ -43,7 +43,7 @@ def _check_tensor(name: str, t: torch.Tensor, like: torch.Tensor | None = None) 
         raise TypeError(f"layer_norm: {name} has dtype {t.dtype} but x has {like.dtype}")
     if like is not None and t.device != like.device:
         raise ValueError(f"layer_norm: {name} is on {t.device} but x is on {like.device}")
-    if like is None and t.device.type != "cuda" and not interpreter_mode():
+    if like is None and not t.is_cuda and not interpreter_mode():
         raise ValueError(
             f"layer_norm: {name} is on {t.device}; the Triton kernels need a CUDA tensor "
             "(or TRITON_INTERPRET=1 for the CPU interpreter)"
