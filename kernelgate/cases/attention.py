@@ -146,10 +146,22 @@ BENCH_CONFIGS = {
         32, 8, 128, 128, causal=True, dtype="float16", batch=8, max_len=2048, min_len=1536
     ),
     "gqa8-128-full": AttentionCase(32, 8, 128, 128, causal=False, dtype="float16", batch=8, max_len=2048, min_len=1536),
+    # Head dim 64, many short sequences: where FA2 has led.
+    "gqa8-64-full": AttentionCase(32, 8, 64, 64, causal=False, dtype="float16", batch=32, max_len=1024, min_len=300),
+    "gqa8-64-causal-bf16": AttentionCase(
+        32, 8, 64, 64, causal=True, dtype="bfloat16", batch=32, max_len=1024, min_len=300
+    ),
+    # Long-context training: one 8k and one 16k sequence.
+    "long-128-causal-bf16": AttentionCase(32, 8, 128, 128, causal=True, dtype="bfloat16", lengths_q=(8192, 16384)),
+    # A packed batch of very uneven documents: cuDNN pays for padding to the longest, varlen does not.
+    "wide-varlen-128-causal": AttentionCase(
+        32, 8, 128, 128, causal=True, dtype="float16", batch=16, max_len=4062, min_len=254, seed=39
+    ),
 }
 
 # Codegen cases (tests without a GPU): compile for sm_90a and read the CUDA source and SASS.
 CODEGEN_CASES = [
     BENCH_CONFIGS["seed-gqa-192-128-causal"],
     AttentionCase(8, 8, 128, 128, causal=False, dtype="bfloat16"),
+    BENCH_CONFIGS["gqa8-64-causal-bf16"],  # head dim 64: other tiles
 ]
