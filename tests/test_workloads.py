@@ -9,10 +9,13 @@ import torch
 from kernelgate.cases.layer_norm import LAYER_NORM_REFERENCES, LayerNormCase
 from kernelgate.kernels.layer_norm.reference import layer_norm_ref
 from kernelgate.measure.workloads import (
+    PLACEMENT_BYTES,
+    PLACEMENTS,
     compiled_layer_norm,
     in_cuda_graphs,
     layer_norm_impl,
     layer_norm_workload,
+    rotations,
     tensor_copy_workload,
 )
 
@@ -45,6 +48,19 @@ def test_a_replay_makes_as_many_calls_as_it_says(cuda_device):
     replay()
     torch.cuda.synchronize()
     assert replay.calls == 5 and count.item() == 5, "timing.median_ms divides a replay's time by its calls"
+
+
+def test_a_timed_case_averages_over_several_placements(cuda_device):
+    # Where a case's buffers land changes its speed; one input set per process would draw one
+    # placement for base and one for head. Mid-size cases cycle through several sets, each its own
+    # allocation (dy too); the largest stay at one, within the memory budget.
+    case = LayerNormCase(4096, 8192, "float16")
+    assert rotations(case.bytes_moved("bwd")) == PLACEMENTS
+    assert rotations(PLACEMENT_BYTES) == 1
+    backward = layer_norm_workload(case, "auto", "bwd", rotate=PLACEMENTS)
+    grads = [backward()[0] for _ in range(PLACEMENTS + 1)]
+    assert all(not torch.equal(grads[0], g) for g in grads[1:PLACEMENTS]), "each set has its own x and dy"
+    torch.testing.assert_close(grads[PLACEMENTS], grads[0], rtol=0, atol=0)
 
 
 def test_the_tensor_copy_cycles_through_its_own_pairs():

@@ -127,13 +127,26 @@ def layer_norm_impl(impl: str) -> Callable:
     raise ValueError(f"unknown LayerNorm implementation {impl!r}")
 
 
+PLACEMENTS = 4  # input sets a timed call averages over, at least, where PLACEMENT_BYTES allows
+PLACEMENT_BYTES = 2 << 30
+
+
 def rotations(nbytes: int) -> int:
-    """Input sets to cycle through so that three L2s' worth of data separates
-    two uses of the same set (for timers that cannot flush L2)."""
+    """Input sets to cycle through: enough that three L2s' worth of data separates two uses of the
+    same set (for timers that cannot flush L2), and at least ``PLACEMENTS`` while their bytes fit in
+    ``PLACEMENT_BYTES``.
+
+    A kernel's speed depends on where its buffers land in device memory: on an H100 the 16-bit
+    4096x8192 backward runs at 77 or at 80-82 us depending on the allocation, the same data in new
+    buffers included. One input set draws one placement per process, so base and head could read
+    5% apart on identical code; several sets average over placements in every process.
+    """
     if not torch.cuda.is_available():
         return 1
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    return max(1, min(16, math.ceil(3 * l2 / nbytes)))
+    clear_l2 = math.ceil(3 * l2 / nbytes)
+    placements = min(PLACEMENTS, PLACEMENT_BYTES // nbytes)
+    return max(1, min(16, max(clear_l2, placements)))
 
 
 def layer_norm_workload(case: LayerNormCase, impl: str, direction: str, rotate: int = 1) -> Callable[[], object]:
@@ -141,27 +154,31 @@ def layer_norm_workload(case: LayerNormCase, impl: str, direction: str, rotate: 
     timed call (``bwd``), or a forward plus its backward (``fwd+bwd``) of ``case``."""
     run_impl = layer_norm_impl(impl)
     device = bench_device()
-    sets = [case.make_inputs(device, requires_grad=direction != "fwd") for _ in range(rotate)]
-    dy = torch.randn(case.m, case.n, device=device, dtype=case.torch_dtype)
+    grads = direction != "fwd"
+
+    def output_grad():  # each set its own dy: its own allocation (see ``rotations``)
+        return torch.randn(case.m, case.n, device=device, dtype=case.torch_dtype) if grads else None
+
+    sets = [(case.make_inputs(device, requires_grad=grads), output_grad()) for _ in range(rotate)]
     if direction == "bwd":
         # Autograd runs each backward kernel on its forward's stream. Not the legacy default
         # stream: a CUDA graph capture (in_cuda_graphs) may not make that one wait on it.
         with _side_stream():
-            saved = itertools.cycle([(inputs, run_impl(*inputs, case.eps)) for inputs in sets])
+            saved = itertools.cycle([(inputs, run_impl(*inputs, case.eps), dy) for inputs, dy in sets])
 
         def backward():
-            inputs, y = next(saved)
+            inputs, y, dy = next(saved)
             return torch.autograd.grad(y, inputs, dy, retain_graph=True)
 
         return backward
     cycle = itertools.cycle(sets)
 
     def forward():
-        x, w, b = next(cycle)
+        (x, w, b), _ = next(cycle)
         return run_impl(x, w, b, case.eps)
 
     def forward_backward():
-        x, w, b = next(cycle)
+        (x, w, b), dy = next(cycle)
         # autograd.grad returns fresh gradients: no accumulation kernels into .grad
         return torch.autograd.grad(run_impl(x, w, b, case.eps), (x, w, b), dy)
 
