@@ -298,19 +298,26 @@ def test_relative_regression_beyond_the_limit(gate):
     assert "beyond +5%" in regression["reason"]
 
 
-@pytest.mark.parametrize(
-    "head_samples",
-    [
-        pytest.param(samples(1.03e-3, "slower"), id="significant-but-within-limit"),
-        pytest.param(samples(1.08e-3, "noisy", spread=0.5), id="beyond-limit-but-not-significant"),
-    ],
-)
-def test_noise_within_the_limit_passes(gate, head_samples):
-    gate.write(head={TWO_PASS_TIME: head_samples})
+def test_a_significant_difference_within_the_limit_passes(gate):
+    gate.write(head={TWO_PASS_TIME: samples(1.03e-3, "slower")})
     code, verdict = gate.run()
     (row,) = [f for f in verdict["findings"] if f["check"] == "slowdown" and f["case"] == TWO_PASS_TIME.label]
     assert code == 0, verdict
     assert "within +5%" in row["reason"]
+
+
+def test_samples_too_spread_to_call_do_not_excuse_a_median_beyond_the_limit(gate):
+    # A lent H100 read a 9 us case 1.58x slower on identical code, its samples scattered by
+    # interference; asv's test called it insignificant. Passed, a real slowdown that noisy would
+    # pass too: it fails as a suspect, and the re-measurement clears noise.
+    scattered = [t * 1e-3 for t in (0.55, 0.6, 0.65, 0.7, 1.1, 1.1, 1.5, 1.55, 1.6, 1.65)]  # median 1.1x base's
+    gate.write(head={TWO_PASS_TIME: scattered})
+    code, verdict = gate.run()
+    (regression,) = failed(verdict, "slowdown")
+    assert regression["ratio"] == pytest.approx(1.10, abs=0.01)
+    assert code == 1
+    assert "beyond +5%, but not significant" in regression["reason"]
+    assert regression["remeasure"], "a suspect: re-measured before it fails"
 
 
 def test_order_rule_breach(gate):
