@@ -307,7 +307,7 @@ def test_a_significant_difference_within_the_limit_passes(gate):
 
 
 def test_samples_too_spread_to_call_do_not_excuse_a_median_beyond_the_limit(gate):
-    # A lent H100 read a 9 us case 1.58x slower on identical code, its samples scattered by
+    # An H100 read a 9 us case 1.58x slower on identical code, its samples scattered by
     # interference; asv's test called it insignificant. Passed, a real slowdown that noisy would
     # pass too: it fails as a suspect, and the re-measurement clears noise.
     scattered = [t * 1e-3 for t in (0.55, 0.6, 0.65, 0.7, 1.1, 1.1, 1.5, 1.55, 1.6, 1.65)]  # median 1.1x base's
