@@ -58,9 +58,11 @@ def test_a_timed_case_averages_over_several_placements(cuda_device):
     assert rotations(case.bytes_moved("bwd")) == PLACEMENTS
     assert rotations(PLACEMENT_BYTES) == 1
     backward = layer_norm_workload(case, "auto", "bwd", rotate=PLACEMENTS)
-    grads = [backward()[0] for _ in range(PLACEMENTS + 1)]
-    assert all(not torch.equal(grads[0], g) for g in grads[1:PLACEMENTS]), "each set has its own x and dy"
-    torch.testing.assert_close(grads[PLACEMENTS], grads[0], rtol=0, atol=0)
+    grads = [backward() for _ in range(PLACEMENTS + 1)]
+    dx, db = [g[0] for g in grads], [g[2] for g in grads]
+    assert all(not torch.equal(dx[0], g) for g in dx[1:PLACEMENTS]), "each set has its own x and dy"
+    assert all(not torch.equal(db[0], g) for g in db[1:PLACEMENTS]), "db sums dy alone: each set has its own dy"
+    torch.testing.assert_close(dx[PLACEMENTS], dx[0], rtol=0, atol=0)
 
 
 def test_the_tensor_copy_cycles_through_its_own_pairs():
