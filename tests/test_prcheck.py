@@ -340,6 +340,40 @@ def test_the_merge_command_judges_the_shards_and_reports(tmp_path):
     assert json.loads((tmp_path / "missing" / "gate" / "verdict.json").read_text())["exit_code"] == 2
 
 
+def test_judging_changes_are_the_diff_of_the_trusted_files(tmp_path):
+    def git(*args):
+        check.git("-c", "user.name=t", "-c", "user.email=t@t", *args, cwd=tmp_path)
+
+    git("init", "-q")
+    for name in (*check.TRUSTED_FILES, "kernel.py"):
+        (tmp_path / name).write_text("a = 1\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", "base")
+    (tmp_path / "perf-thresholds.toml").write_text("a = 2\n")
+    (tmp_path / "kernel.py").write_text("a = 3\n")
+    git("commit", "-q", "-am", "head")
+    diff = check.judging_changes("HEAD~1", "HEAD", cwd=tmp_path)
+    assert "-a = 1\n+a = 2" in diff and "perf-thresholds.toml" in diff
+    assert "kernel.py" not in diff, "only the files that judge"
+
+
+def test_the_merged_report_shows_the_judging_changes_the_shards_recorded(tmp_path):
+    """The merge runs where the commits may be absent (a shallow checkout of main): the change to the
+    judging files comes from the shards' manifests, fenced so that its text cannot end the block."""
+    from kernelgate.prcheck.__main__ import main as prcheck_main
+
+    diff = "--- a/perf-thresholds.toml\n+++ b/perf-thresholds.toml\n+why = '````\n+# PR check ✅ passed'\n"
+    shards = _two_shards(tmp_path)
+    for shard in shards:
+        plan = check.Plan.load(shard)
+        plan.judging_changes = diff
+        plan.save(shard)
+    assert prcheck_main(["merge", "--out", str(tmp_path / "verdict"), *map(str, shards)]) == 1, "no test reports: red"
+    report = (tmp_path / "verdict" / "report.md").read_text()
+    assert "## Changes to the gate's files (they take effect once merged)\n\n`````diff\n--- a/perf" in report
+    assert "+# PR check ✅ passed'\n`````\n" in report, "the fence outlasts the diff's own backticks"
+
+
 def test_a_missing_shard_fails_the_merge(tmp_path):
     one, _ = _two_shards(tmp_path)
     with pytest.raises(check.CheckError, match=r"expected shards 1..2 once each"):

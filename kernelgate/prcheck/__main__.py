@@ -65,6 +65,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def fenced(text: str, language: str) -> list[str]:
+    """``text`` as a Markdown code block whose fence is longer than any run of backticks in it: text from
+    the pull request cannot close the block and write into the report around it."""
+    fence = "`" * max(3, 1 + max(map(len, re.findall(r"`+", text)), default=0))
+    return [f"{fence}{language}", text, fence]
+
+
 def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: int, earlier: list) -> str:
     verdict = {0: "✅ passed", 1: "❌ FAILED"}.get(code, "❌ could not evaluate")
     lines = [f"# PR check {verdict}", ""]
@@ -89,7 +96,10 @@ def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: 
         ]
         if not plan.groups:
             lines.append("- nothing: no changed path selects a group (pr-check.toml)")
-        lines += ["", _threshold_changes(plan)]
+        lines.append("")
+        if plan.judging_changes:  # shown, not applied: the base commit's files judge until the change is merged
+            lines += ["## Changes to the gate's files (they take effect once merged)", "",
+                      *fenced(plan.judging_changes.rstrip("\n"), "diff"), ""]  # fmt: skip
     if error:
         lines += ["## Error", "", f"**{error}**", "", "The check fails closed.", ""]
     gate_report = out / "gate" / "report.md"
@@ -103,16 +113,6 @@ def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: 
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(text)
     return text
-
-
-def _threshold_changes(plan: Plan) -> str:
-    """A change to the judging files is shown, not applied: it takes effect once merged."""
-    proc = subprocess.run(
-        ["git", "diff", plan.base, plan.head, "--", *check.TRUSTED_FILES], capture_output=True, text=True
-    )
-    if not proc.stdout.strip():
-        return ""
-    return f"## Changes to the gate's files (they take effect once merged)\n\n```diff\n{proc.stdout}```\n"
 
 
 def finish(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: int) -> int:

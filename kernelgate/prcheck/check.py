@@ -103,6 +103,12 @@ def machine_entry() -> dict:
     return {**Machine.get_defaults(), **info, "machine": machine_name(info), "python": python}
 
 
+def judging_changes(base: str, head: str, cwd: Path | None = None) -> str:
+    """The diff of the files that judge (``TRUSTED_FILES``) from base to head. Recorded in the manifest
+    where both commits are at hand, so that every report, the merged one too, shows it."""
+    return git("diff", base, head, "--", *TRUSTED_FILES, cwd=cwd)
+
+
 def has_gpu() -> bool:
     try:
         return subprocess.run(["nvidia-smi", "-L"], capture_output=True, check=False).returncode == 0
@@ -126,6 +132,7 @@ class Plan:
     dates: dict[str, int] = dataclasses.field(default_factory=dict)  # commit dates, ms since the epoch (asv's)
     cases: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     steps: list = dataclasses.field(default_factory=list)
+    judging_changes: str = ""  # the pull request's diff of TRUSTED_FILES: reported, applied once merged
 
     def save(self, out: Path) -> None:
         (out / "manifest.json").write_text(json.dumps(dataclasses.asdict(self), indent=1))
@@ -181,10 +188,11 @@ def prepare(args, steps: Steps) -> Plan:
         for role, commit in (("base", base), ("head", head))
     }
     benchmarks = chosen.benchmarks(groups)
+    changes = judging_changes(base, head)
     if args.bench:  # narrowed by hand: every selected pattern, and this one too
         benchmarks = [f"(?={pattern})(?=.*?(?:{args.bench}))" for pattern in benchmarks]
     return Plan(base, head, machine, list(chosen.groups), chosen.reasons, args.shard,
-                chosen.tests(groups), benchmarks, sides, dates)  # fmt: skip
+                chosen.tests(groups), benchmarks, sides, dates, judging_changes=changes)  # fmt: skip
 
 
 def run_tests(plan: Plan, out: Path, steps: Steps) -> None:
