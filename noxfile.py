@@ -27,10 +27,14 @@ sys.path.insert(0, str(ROOT))  # kernelgate.prcheck.environments: standard libra
 from kernelgate.prcheck.environments import overlay  # noqa: E402
 
 RUNNER_LOCK = ROOT / "requirements" / "runner.txt"
-# CPU-only machines get torch's CPU build (several GB less than the CUDA one). Nothing timed
-# there is compared with anything, so this is not a pin the numbers depend on.
-CPU_TORCH = "torch==2.13.0"
+# CPU-only machines get torch's CPU build, from PyTorch's CPU index: PyPI's Linux torch is the CUDA
+# build (several GB), which also requires its own Triton, not the lock's. Nothing timed there is
+# compared with anything, so this is not a pin the numbers depend on.
+CPU_TORCH = ("torch==2.13.0+cpu", "--extra-index-url", "https://download.pytorch.org/whl/cpu")
 FROM_LOCK_ON_CPU = ("triton", "tilelang", "numpy", "asv", "asv-runner", "matplotlib")
+# Reading recorded results (the gate, the merge of the shards, the HTML history) needs asv and matplotlib:
+# no kernel stack.
+FROM_LOCK_FOR_RESULTS = ("asv", "asv-runner", "matplotlib")
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "virtualenv"
@@ -58,8 +62,18 @@ def install(session: nox.Session, *extras: str) -> str:
         session.install("--require-hashes", "-r", str(RUNNER_LOCK))
         session.install("--no-deps", "-e", ".")
     else:
-        session.install(CPU_TORCH, *map(lock_pin, FROM_LOCK_ON_CPU))
+        session.install(*CPU_TORCH, *map(lock_pin, FROM_LOCK_ON_CPU))
         session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+    return str(Path(session.bin) / "python")
+
+
+def install_for_results(session: nox.Session) -> str:
+    """``install`` for sessions that read recorded results: no torch, Triton or TileLang, so that a
+    GitHub-hosted job gives the verdict without downloading them."""
+    if session.venv_backend == "none":
+        return install(session)
+    session.install(*map(lock_pin, FROM_LOCK_FOR_RESULTS))
+    session.install("--no-deps", "-e", ".")
     return str(Path(session.bin) / "python")
 
 
@@ -129,14 +143,14 @@ def bench(session: nox.Session) -> None:
 @nox.session
 def preview(session: nox.Session) -> None:
     """Serve the HTML history that ``nox -s bench`` published (asv preview)."""
-    python = install(session, "bench")
+    python = install_for_results(session)
     session.run(python, "-m", "asv", "preview", *session.posargs, external=True)
 
 
 @nox.session
 def gate(session: nox.Session) -> None:
     """The performance verdict from asv results: ``nox -s gate -- --base SHA --head SHA --machine NAME ...``."""
-    python = install(session, "bench")
+    python = install_for_results(session)
     session.run(python, "-m", "kernelgate.gate", *session.posargs, external=True)
 
 
@@ -176,7 +190,8 @@ def pr_check(session: nox.Session) -> None:
     ``nox -s pr-check -- --base REF --head REF [--full REASON] [--shard K/N]``;
     ``nox -s pr-check -- merge --out DIR SHARD_DIR...`` joins the shards into one verdict.
     """
-    python = install(session, "test", "bench", "attention")
+    merge = session.posargs[:1] == ["merge"]
+    python = install_for_results(session) if merge else install(session, "test", "bench", "attention")
     # Each commit's environment is an overlay of the runner's packages: the current interpreter's
     # under --no-venv, the session's virtualenv otherwise.
     runner = sys.executable if session.venv_backend == "none" else python

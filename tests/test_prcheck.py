@@ -5,7 +5,9 @@ merge that fails closed."""
 import dataclasses
 import json
 import math
+import os
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -338,6 +340,23 @@ def test_the_merge_command_judges_the_shards_and_reports(tmp_path):
     assert prcheck_main(["merge", "--out", str(tmp_path / "missing"), str(one)]) == 2
     assert "expected shards 1..2 once each" in (tmp_path / "missing" / "report.md").read_text()
     assert json.loads((tmp_path / "missing" / "gate" / "verdict.json").read_text())["exit_code"] == 2
+
+
+def test_the_merge_and_its_gate_import_no_kernel_stack(tmp_path):
+    """The verdict job installs asv and matplotlib alone (the noxfile's install_for_results)."""
+    stubs = tmp_path / "stubs"
+    for name in ("torch", "triton", "tilelang"):
+        (stubs / name).mkdir(parents=True)
+        (stubs / name / "__init__.py").write_text(f"raise ImportError('the verdict job has no {name}')\n")
+    shards = _two_shards(tmp_path)
+    for shard in shards:
+        (shard / "junit").mkdir()
+        (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
+    argv = [sys.executable, "-m", "kernelgate.prcheck", "merge", "--out", str(tmp_path / "verdict"), *map(str, shards)]
+    env = {**os.environ, "PYTHONPATH": str(stubs)}  # first on the path, before site-packages
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads((tmp_path / "verdict" / "gate" / "verdict.json").read_text())["passed"]
 
 
 def test_judging_changes_are_the_diff_of_the_trusted_files(tmp_path):
