@@ -24,7 +24,7 @@ import nox
 
 ROOT = Path(__file__).parent
 sys.path.insert(0, str(ROOT))  # kernelgate.prcheck.environments: standard library only
-from kernelgate.prcheck.environments import overlay  # noqa: E402
+from kernelgate.prcheck.environments import RunnerError, overlay  # noqa: E402
 
 RUNNER_LOCK = ROOT / "requirements" / "runner.txt"
 # CPU-only machines get torch's CPU build, from PyTorch's CPU index: PyPI's Linux torch is the CUDA
@@ -57,7 +57,10 @@ def lock_pin(name: str) -> str:
 def install(session: nox.Session, *extras: str) -> str:
     """Make the checkout importable in the session; returns the Python to run."""
     if session.venv_backend == "none":
-        return str(overlay(sys.executable, ROOT, ROOT / ".nox" / f"{session.name}-overlay"))
+        try:
+            return str(overlay(sys.executable, ROOT, ROOT / ".nox" / f"{session.name}-overlay"))
+        except RunnerError as exc:
+            session.error(str(exc))
     if has_gpu():
         session.install("--require-hashes", "-r", str(RUNNER_LOCK))
         session.install("--no-deps", "-e", ".")

@@ -16,7 +16,7 @@ import pytest
 from asv.results import Results
 
 from kernelgate.kernels.device import interpreter_mode
-from kernelgate.prcheck import bench, check, results, selection
+from kernelgate.prcheck import bench, check, environments, results, selection
 
 ROOT = Path(__file__).parents[1]
 
@@ -272,6 +272,25 @@ def test_a_worker_that_cannot_load_the_suite_is_an_error(tmp_path):
     (tree / "benchmarks" / "__init__.py").write_text("raise ImportError('broken suite')\n")
     with pytest.raises(bench.WorkerError, match="did not load"):
         bench.discover([_side("head", tree, tmp_path)])
+
+
+# --- each commit's environment ---------------------------------------------------------------------
+
+
+def test_a_checkout_is_installed_into_an_overlay_of_the_runner(tmp_path):
+    """The overlay sees the runner's packages and holds the checkout itself, installed offline."""
+    python = environments.overlay(sys.executable, ROOT, tmp_path / "env")
+    probe = "import asv, kernelgate.kernels; print(kernelgate.kernels.__file__)"
+    found = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(found) == ROOT / "kernels" / "__init__.py"
+    assert environments.overlay(sys.executable, ROOT, tmp_path / "env") == python, "reused, not rebuilt"
+
+
+def test_a_runner_without_pip_is_refused_by_name(tmp_path):
+    """A runner provisioned without the lock's pip and setuptools (a bare virtualenv): a clear error."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "runner")], check=True)
+    with pytest.raises(environments.RunnerError, match=r"lacks pip and setuptools.*requirements/runner\.txt"):
+        environments.overlay(str(tmp_path / "runner" / "bin" / "python"), ROOT, tmp_path / "env")
 
 
 # --- merging shards --------------------------------------------------------------------------------

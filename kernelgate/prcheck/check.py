@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelgate.prcheck import bench, results, selection
-from kernelgate.prcheck.environments import overlay
+from kernelgate.prcheck.environments import RunnerError, overlay
 
 TRUSTED_FILES = ("perf-thresholds.toml", "pr-check.toml")
 NO_GPU_GROUPS = "the PR check times kernels on a GPU; none is visible (nvidia-smi lists no device)"
@@ -169,7 +169,10 @@ def prepare(args, steps: Steps) -> Plan:
         sides = {}
         for role, commit in (("base", base), ("head", head)):
             tree = checkout(repo, commit, args.work)
-            python = overlay(args.runner_python, tree, args.work / "envs" / commit[:12])
+            try:
+                python = overlay(args.runner_python, tree, args.work / "envs" / commit[:12])
+            except RunnerError as exc:
+                raise CheckError(str(exc)) from exc
             log = out / "logs" / f"{role}-worker.log"
             sides[role] = {"commit": commit, "tree": str(tree), "python": str(python),
                            "env": cache_env(args.cache, role), "log": str(log)}  # fmt: skip

@@ -14,15 +14,21 @@ import sys
 from pathlib import Path
 
 MARKER = "kernelgate-overlay.json"
+NEEDED = ("pip", "setuptools")  # what installs a checkout into its overlay, editable and offline
 
-_PROBE = """
-import json, sys
-print(json.dumps({
+_PROBE = f"""
+import importlib.util, json, sys
+print(json.dumps({{
     "base": sys._base_executable,
     "version": "%d.%d" % sys.version_info[:2],
     "site": [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))],
-}))
+    "missing": [name for name in {NEEDED!r} if importlib.util.find_spec(name) is None],
+}}))
 """
+
+
+class RunnerError(Exception):
+    """The runner's Python cannot hold the overlays: it lacks packages of requirements/runner.txt."""
 
 
 def describe(python: str) -> dict:
@@ -39,6 +45,12 @@ def overlay(python: str, tree: Path, dest: Path) -> Path:
     """A virtualenv at ``dest`` that sees ``python``'s packages and has ``tree`` installed
     editable; returns its interpreter. Reused when it already serves the same tree and runner."""
     runner = describe(python)
+    missing = runner.pop("missing")
+    if missing:
+        raise RunnerError(
+            f"{python} lacks {' and '.join(missing)}, with which each checkout is installed on top of the runner's "
+            "packages: provision the runner from requirements/runner.txt (docs/pr-check.md)"
+        )
     wanted = {"runner": python, "tree": str(tree.resolve()), **runner}
     marker = dest / MARKER
     if marker.is_file() and json.loads(marker.read_text()) == wanted:
