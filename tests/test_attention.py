@@ -220,9 +220,10 @@ def test_valid_cpu_inputs_with_an_empty_sequence_reach_the_device_check():
         call(**cpu_inputs(lengths=(3, 0, 5)))
 
 
-def test_heads_not_a_multiple_of_kv_heads():
-    with pytest.raises(ValueError, match=r"heads of q \(6\) must be a multiple of heads of k/v \(4\)"):
-        call(**cpu_inputs(heads=6, heads_kv=4))
+@pytest.mark.parametrize(("heads", "heads_kv"), [(6, 4), (0, 2), (4, 0)])
+def test_heads_not_a_multiple_of_kv_heads(heads, heads_kv):
+    with pytest.raises(ValueError, match=rf"heads of q \({heads}\) must be a multiple of heads of k/v \({heads_kv}\)"):
+        call(**cpu_inputs(heads=heads, heads_kv=heads_kv))
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float32])
@@ -293,7 +294,7 @@ def test_unknown_accumulation_mode():
         call(**cpu_inputs(), accum="atomic")
 
 
-@pytest.mark.parametrize("scale", [0.0, -1.0, math.inf, math.nan])
+@pytest.mark.parametrize("scale", [0.0, -1.0, math.inf, math.nan, "0.1", True])
 def test_bad_softmax_scale(scale):
     with pytest.raises(ValueError, match="softmax_scale must be a finite positive number"):
         call(**cpu_inputs(), softmax_scale=scale)

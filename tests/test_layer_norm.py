@@ -459,6 +459,34 @@ def test_bound_kernels_are_the_ones_triton_dispatches(variant, dtype, cuda_devic
         assert bound(backward_key(x2, x2, w, b, mean, rstd, bwd, dx)).compiled is launch(), f"{name}: backward"
 
 
+@pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
+def test_strided_and_expanded_parameters(variant, kernel_device):
+    """torch.nn.functional.layer_norm takes any weight and bias of the normalized shape: a strided
+    view (every other element of a longer one) and an expanded scalar (stride 0) read as themselves,
+    and their gradients reach the tensors they view."""
+    case = LayerNormCase(7, 40, offset=3.0)
+    x = case.make_inputs(kernel_device, requires_grad=True)[0]
+    every_other = torch.randn(2 * case.n, device=kernel_device).requires_grad_()
+    scalar = torch.randn(1, device=kernel_device).requires_grad_()
+    w, b = every_other[::2], scalar.expand(case.n)
+    dy = torch.randn_like(x)
+    y = kernels.layer_norm(x, case.n, w, b, case.eps, variant=variant)
+    y.backward(dy)
+    y_ref, dx_ref, dw_ref, db_ref, _, _ = layer_norm_ref(x, w, b, case.eps, dy)
+    got = {"y": (y, y_ref), "dx": (x.grad, dx_ref), "dw": (every_other.grad[::2], dw_ref)}
+    _assert_matches_reference(case, {**got, "db": (scalar.grad, db_ref.sum().reshape(1))})
+    assert not every_other.grad[1::2].any(), "the elements between the weight's own get no gradient"
+
+
+def test_a_second_order_gradient_is_refused(kernel_device):
+    """The backward is not differentiable again: through it, a gradient penalty raises instead of
+    silently adding nothing."""
+    x = torch.randn(3, 8, device=kernel_device, requires_grad=True)
+    (dx,) = torch.autograd.grad(kernels.layer_norm(x, 8).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        dx.pow(2).sum().backward()
+
+
 # --- bad input: a clear error naming the problem, before any launch ---------
 
 
@@ -520,3 +548,5 @@ def test_normalized_shape_must_be_ints_and_not_empty(normalized_shape, error, ma
 def test_unknown_variant_is_refused(kernel_device):
     with pytest.raises(ValueError, match="unknown variant 'fastest'"):
         kernels.layer_norm(torch.randn(4, 8, device=kernel_device), 8, variant="fastest")
+    with pytest.raises(TypeError, match="variant must be a string, got list"):
+        kernels.layer_norm(torch.randn(4, 8, device=kernel_device), 8, variant=["fused"])

@@ -14,6 +14,7 @@ import math
 
 import tilelang
 import torch
+from torch.autograd.function import once_differentiable
 from tvm.target import Target
 
 from kernelgate.kernels.attention import tilelang_kernels as tk
@@ -196,7 +197,7 @@ def check_inputs(
         raise ValueError(f"flash_attn_varlen_func: k has head dim {dim_qk_k} but q has {dim_qk}")
     if tuple(v.shape[:2]) != (total_k, heads_kv):
         raise ValueError(f"flash_attn_varlen_func: v of shape {tuple(v.shape)} does not match k {tuple(k.shape)}")
-    if heads_kv == 0 or heads % heads_kv:
+    if heads == 0 or heads_kv == 0 or heads % heads_kv:
         raise ValueError(
             f"flash_attn_varlen_func: heads of q ({heads}) must be a multiple of heads of k/v ({heads_kv})"
         )
@@ -224,7 +225,11 @@ def check_inputs(
         )
     if not isinstance(causal, bool):
         raise TypeError(f"flash_attn_varlen_func: causal must be a bool, got {type(causal).__name__}")
-    if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale > 0):
+    if softmax_scale is not None and (
+        isinstance(softmax_scale, bool)
+        or not isinstance(softmax_scale, (int, float))
+        or not (math.isfinite(softmax_scale) and softmax_scale > 0)
+    ):
         raise ValueError(f"flash_attn_varlen_func: softmax_scale must be a finite positive number, got {softmax_scale}")
     if accum not in tk.ACCUM_MODES:
         raise ValueError(f"flash_attn_varlen_func: accum must be one of {tk.ACCUM_MODES}, got {accum!r}")
@@ -335,6 +340,7 @@ class FlashAttnVarlenFunction(torch.autograd.Function):
         return o, lse
 
     @staticmethod
+    @once_differentiable  # dq, dk, dv are not differentiable again: a second-order gradient raises
     def backward(ctx, do, _dlse):
         q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
         max_seqlen_q, max_seqlen_k, causal, softmax_scale, accum = ctx.args

@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from kernelgate.kernels.device import gpu_class, interpreter_mode, is_sm90_or_newer, sm_count
 from kernelgate.kernels.layer_norm import triton_kernels as tk
@@ -86,6 +87,11 @@ def _check_inputs(x, normalized_shape, weight, bias, eps) -> int:
         if tuple(p.shape) != normalized_shape:
             raise ValueError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected {normalized_shape}")
     return n
+
+
+def _flat(p: torch.Tensor | None) -> torch.Tensor | None:
+    """A parameter the kernels can read as one row of N elements (strided or expanded ones are copied)."""
+    return p if p is None or p.is_contiguous() else p.contiguous()
 
 
 def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -361,22 +367,25 @@ def select_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu
 
 def _forward(x, normalized_shape, weight, bias, eps, variant, stats=True):
     n = _check_inputs(x, normalized_shape, weight, bias, eps)
-    x2 = _rows(x, n)
+    if not isinstance(variant, str):
+        raise TypeError(f"layer_norm: variant must be a string, got {type(variant).__name__}")
+    x2, weight, bias = _rows(x, n), _flat(weight), _flat(bias)
     variant = select_variant(variant, "fwd", x.dtype, n, gpu_of(x))
     y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, variant, stats=stats)
-    return _shaped(y, x.shape), (x2, mean, rstd)
+    return _shaped(y, x.shape), (x2, weight, bias, mean, rstd)
 
 
 class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, normalized_shape, weight, bias, eps, variant):
-        y, (x2, mean, rstd) = _forward(x, normalized_shape, weight, bias, eps, variant)
-        ctx.save_for_backward(x2, weight, bias, mean, rstd)
+        y, saved = _forward(x, normalized_shape, weight, bias, eps, variant)
+        ctx.save_for_backward(*saved)
         ctx.variant = variant  # as asked: "auto" resolves for the backward on its own
         ctx.x_shape = x.shape
         return y
 
     @staticmethod
+    @once_differentiable  # dx is not differentiable again: a second-order gradient raises, never reads 0
     def backward(ctx, dy):
         x2, weight, bias, mean, rstd = ctx.saved_tensors
         variant = select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2))
