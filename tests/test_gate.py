@@ -328,6 +328,13 @@ def test_order_rule_breach(gate):
     assert breach["limit"] == "not slower than (seed-gqa-192-128-causal, elem)"
 
 
+def test_an_order_rule_that_names_no_parameter_cannot_pass(gate):
+    """A misspelt not_slower_than parameter would compare each case with itself, and so nothing."""
+    gate.write(head={TMA_TIME: samples(2e-3, "tma-much-slower")})
+    code, verdict = gate.run("--no-confirm", thresholds=SMALL_THRESHOLDS.replace("than = { impl =", "than = { impls ="))
+    assert code == 2 and "not_slower_than names no parameter ['impls']" in verdict["error"]
+
+
 def test_informational_breaches_fold_into_one_report_row_below_the_failures(gate):
     speedups = {case: 1.5 + i / 100 for i, case in enumerate(SMALL_SPACE[LN_SPEEDUP].cases(LN_SPEEDUP))}
     target = f"""{SMALL_THRESHOLDS}
@@ -502,11 +509,12 @@ def test_cases_file_judges_exactly_those_case_ids(gate, tmp_path):
     assert code == 2 and "expected a non-empty JSON list" in verdict["error"]
 
 
-def test_removals_are_judged_within_the_bench_selection(gate):
+@pytest.mark.parametrize("selected", ["time_layer_norm", "track_speedup_vs_torch"])
+def test_removals_are_judged_whatever_the_selection_measured(gate, selected):
+    """A PR check measures what the change selects (and base no track_* value at all); what the PR
+    removes from the suite is red all the same."""
     base_suite = write_removal(gate)
-    code, verdict = gate.run("--no-confirm", "--base-suite", str(base_suite), "--bench", "time_layer_norm")
-    assert code == 0 and not [f for f in verdict["findings"] if f["check"] == "removed"]
-    code, verdict = gate.run("--no-confirm", "--base-suite", str(base_suite), "--bench", "track_speedup_vs_torch")
+    code, verdict = gate.run("--no-confirm", "--base-suite", str(base_suite), "--bench", selected)
     assert code == 1 and [f["case"] for f in failed(verdict, "removed")] == [REMOVED.label]
 
 
@@ -676,7 +684,11 @@ def _set_column(gate: Gate, name: str, column: str, value) -> None:
         (lambda gate: _set_column(gate, LN_SPEEDUP, "result", True), f"{LN_SPEEDUP}: result True is not a number"),
         (
             lambda gate: _set_column(gate, LN_TIME, "samples", ["fast"]),
-            f"{LN_TIME}: samples ['fast'] are not a list of numbers",
+            f"{LN_TIME}: samples ['fast'] are not a list of finite numbers",
+        ),
+        (
+            lambda gate: _set_column(gate, LN_TIME, "samples", [1e-3, float("nan")]),
+            f"{LN_TIME}: samples [0.001, nan] are not a list of finite numbers",
         ),
         (
             lambda gate: _set_column(gate, LN_TIME, "stats_ci_99_a", None),
@@ -703,7 +715,7 @@ def _set_column(gate: Gate, name: str, column: str, value) -> None:
     ],
     ids=[
         "not-utf8", "results-a-list", "params-a-list", "commit-hash-a-number", "value-a-string", "value-a-bool",
-        "samples-strings", "samples-without-stats", "params-not-strings", "suite-entry-a-list",
+        "samples-strings", "samples-nan", "samples-without-stats", "params-not-strings", "suite-entry-a-list",
         "suite-param-names-short", "machine-file-not-utf8",
     ],
 )  # fmt: skip
@@ -799,8 +811,13 @@ def test_unmatched_threshold_entry(gate):
             'not_slower_than = { impl = ["region", "elme"] }',
             f"rule #3 ({ATT_TIME} [impl=tma]): not_slower_than impl = 'elme' names no benchmark case",
         ),
+        (
+            f'benchmark = "{ATT_TIME}"\nparams = {{ impl = "tma" }}\ngpu_class = "H100"\n'
+            'not_slower_than = { impls = ["region"] }',
+            f"rule #3 ({ATT_TIME} [impl=tma]): not_slower_than names 'impls', no parameter of the cases it matches",
+        ),
     ],
-    ids=["params-glob", "not-slower-than-value"],
+    ids=["params-glob", "not-slower-than-value", "not-slower-than-name"],
 )
 def test_unmatched_glob_of_a_rule_list(gate, rule, reason):
     gate.write()
@@ -810,7 +827,7 @@ def test_unmatched_glob_of_a_rule_list(gate, rule, reason):
     assert code == 1
     assert error["reason"] == reason
     code, verdict = gate.run("--no-confirm", "--bench", "time_layer_norm", thresholds=thresholds)
-    assert code == 0 and not failed(verdict, "config")  # outside a --bench selection: not judged
+    assert code == 1 and [f["reason"] for f in failed(verdict, "config")] == [reason], "judged on head's suite"
 
 
 DEFAULTS = '[defaults]\nmax_slowdown = 0.05\ngpu_classes = ["H100", "H200"]\n'
@@ -831,10 +848,15 @@ DEFAULTS = '[defaults]\nmax_slowdown = 0.05\ngpu_classes = ["H100", "H200"]\n'
             DEFAULTS + f'[[rule]]\nwhy = "x"\nbenchmark = "{LN_SPEEDUP}"\ngpu_class = ["H20O"]\nmin = 1.0\n',
             f"rule #1 ({LN_SPEEDUP}): gpu_class 'H20O' matches none of ['H100', 'H200']",
         ),
+        (DEFAULTS.replace("0.05", "nan"), "max_slowdown = nan is not a number >= 0"),
+        (DEFAULTS + '[[rule]]\nwhy = "x"\nbenchmark = "*"\nmax_slowdown = nan\n', "max_slowdown = nan is not a finite"),
+        (DEFAULTS + '[[rule]]\nwhy = "x"\nbenchmark = "*"\nmin = -inf\n', "min = -inf is not a finite number"),
+        (DEFAULTS + '[[rule]]\nwhy = "x"\nbenchmark = "*"\nnot_slower_than = {}\n', "not_slower_than is empty"),
     ],
     ids=[
         "invalid-toml", "unknown-rule-key", "no-check", "no-defaults", "no-gpu-classes",
         "unknown-default", "min-compared-not-a-fraction", "removed-not-a-list", "gpu-class-not-covered",
+        "default-limit-nan", "rule-limit-nan", "floor-minus-inf", "empty-order",
     ],
 )  # fmt: skip
 def test_bad_thresholds_file(gate, toml, reason):

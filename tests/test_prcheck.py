@@ -122,6 +122,7 @@ def test_a_time_case_shares_its_shard_with_its_other_implementations():
 FAKE_SUITE = """
 import json
 import os
+import subprocess
 
 NOW = [0.0]
 
@@ -158,6 +159,15 @@ class Broken:
 
     def time_nothing(self):
         pass
+
+
+class Loud:
+    def setup(self):
+        os.write(1, b"a C library's line on stdout\\n")
+        subprocess.run(["echo", "a child process's line"], check=True)
+
+    def time_quiet(self):
+        print("a benchmark's line")
 
 
 class Metrics:
@@ -205,6 +215,7 @@ def test_interleaved_measurement_of_both_commits(fake_tree, tmp_path):
         assert records[role]["bench_fake.Fast.time_sum('b')"]["status"] == "skipped"
         assert records[role]["bench_fake.Broken.time_nothing"]["status"] == "failed"
         assert "setup fails" in records[role]["bench_fake.Broken.time_nothing"]["message"]
+        assert records[role]["bench_fake.Loud.time_quiet"]["status"] == "ok", "stray output is not an answer"
     assert "bench_fake.Metrics.track_measured('s1', 'v1')" not in records["base"]
     # setup_cache was told which combinations the run needs: one shape, not both.
     assert records["head"][tracked[0].id] == {**records["head"][tracked[0].id], "status": "ok", "value": 1.0}

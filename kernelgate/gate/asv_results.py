@@ -102,15 +102,16 @@ class Run:
         return {case.benchmark for case in self.measurements}
 
     def selected(self, patterns: list[str], ids: frozenset[str] = frozenset()) -> "Run":
-        """Only the cases asv's ``--bench`` would select with these regexes, and those named in ``ids``."""
+        """Only the measurements of the cases asv's ``--bench`` would select with these regexes, and those
+        named in ``ids``. The suite stays whole: what a pull request removes, or leaves a rule without,
+        is judged whatever was measured."""
         compiled = [re.compile(p) for p in patterns]
 
         def chosen(case: Case) -> bool:
             return case.asv_id in ids or any(p.search(case.asv_id) for p in compiled)
 
         kept = {c: m for c, m in self.measurements.items() if chosen(c)}
-        suite = None if self.suite is None else frozenset(filter(chosen, self.suite))
-        return dataclasses.replace(self, measurements=kept, suite=suite)
+        return dataclasses.replace(self, measurements=kept)
 
 
 def suite_cases(suite: dict[str, dict]) -> frozenset[Case]:
@@ -248,8 +249,10 @@ def _measurements(results: Results, name: str, meta: dict | None) -> dict[Case, 
 def _measurement(name: str, value, samples, stats) -> Measurement:
     if not (value is None or _is_number(value)):
         raise ValueError(f"{name}: result {value!r} is not a number")
-    if not (samples is None or (isinstance(samples, list) and all(_is_number(s) for s in samples))):
-        raise ValueError(f"{name}: samples {samples!r} are not a list of numbers")
+    if not (
+        samples is None or (isinstance(samples, list) and all(_is_number(s) and math.isfinite(s) for s in samples))
+    ):
+        raise ValueError(f"{name}: samples {samples!r} are not a list of finite numbers")
     # asv compare's test falls back on the 99% confidence interval when samples are few.
     if samples and not (isinstance(stats, dict) and all(_is_number(stats.get(k)) for k in ("ci_99_a", "ci_99_b"))):
         raise ValueError(f"{name}: samples recorded without their statistics (ci_99_a, ci_99_b): {stats!r}")
@@ -258,6 +261,10 @@ def _measurement(name: str, value, samples, stats) -> Measurement:
 
 def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_finite(value) -> bool:
+    return _is_number(value) and math.isfinite(value)
 
 
 def _error(exc: Exception) -> str:

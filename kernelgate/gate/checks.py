@@ -1,7 +1,8 @@
 """Head against the thresholds and against base, case by case.
 
-* config: every rule, and every glob or value of its lists, matches some case of head;
-* removals: every case of base's suite is in head's, unless declared removed;
+* config: every rule, and every glob or value of its lists, matches some case of head's suite;
+* removals: every case of base's suite is in head's, unless declared removed (whole suites, whatever
+  a selection measured);
 * availability: every case of base is in head, and head measured each one (a case
   measured at base may not be skipped at head);
 * validity: no time_* value or sample of base or head is at or below 0 s;
@@ -26,7 +27,8 @@ from kernelgate.gate.thresholds import Rule, Thresholds
 
 
 def evaluate(thresholds: Thresholds, base: Run, head: Run, selection: bool = False) -> list[Finding]:
-    """All checks; with a ``selection`` (a --bench subset) what matches nothing is not a configuration error."""
+    """All checks; with a ``selection`` (a --bench or --cases subset) a removed glob that matches no removed
+    case is not reported."""
     gpu_class = str(head.machine["gpu_class"])
     if gpu_class not in thresholds.gpu_classes:
         covered = list(thresholds.gpu_classes)
@@ -36,7 +38,7 @@ def evaluate(thresholds: Thresholds, base: Run, head: Run, selection: bool = Fal
     rules = thresholds.applicable(gpu_class)
     _check_timed(rules, head)
     findings = [
-        *([] if selection else unmatched(thresholds, head)),
+        *unmatched(thresholds, head),
         *removals(thresholds, base, head, selection),
         *availability(rules, base, head),
         *invalid_times(base, head),
@@ -48,9 +50,11 @@ def evaluate(thresholds: Thresholds, base: Run, head: Run, selection: bool = Fal
 
 
 def unmatched(thresholds: Thresholds, head: Run) -> list[Finding]:
+    """What in the rules guards nothing in head's suite (or, where it is not known, head's results)."""
+    cases = head.suite if head.suite is not None else head.measurements
     return [
         Finding("config", "perf thresholds", rule.label, Verdict.FAIL, message)
-        for rule, message in thresholds.unmatched(list(head.measurements))
+        for rule, message in thresholds.unmatched(list(cases))
     ]
 
 
@@ -224,6 +228,9 @@ def orders(rules: list[Rule], head: Run) -> list[Finding]:
         for case, m in head.measurements.items():
             if not (rule.not_slower_than and rule.matches(case)):
                 continue
+            unknown = [name for name in rule.not_slower_than if case.value(name) is None]
+            if unknown:  # replaced() would keep the case itself: the rule would compare nothing
+                raise GateError(f"perf thresholds: {rule.label}: not_slower_than names no parameter {unknown} of it")
             for other in rule.others(case):
                 if other == case:
                     continue

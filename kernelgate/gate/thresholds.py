@@ -23,15 +23,17 @@
     # and optionally:
     informational = true        # report a breach, never fail on it
 
-A rule that matches no benchmark case is a configuration error, and so is one
-glob of a rule's params list, or one value of its not_slower_than list, that
-matches none; a rule's gpu_class must match one of gpu_classes. A removed glob
-that matches no removed case is only reported (the removal has landed).
+A rule that matches no case of head's suite is a configuration error, and so is
+one glob of a rule's params list, or one name or value of its not_slower_than
+table, that matches none; a rule's gpu_class must match one of gpu_classes, and
+its numbers must be finite. A removed glob that matches no removed case is only
+reported (the removal has landed).
 """
 
 import dataclasses
 import fnmatch
 import itertools
+import math
 import tomllib
 from pathlib import Path
 
@@ -120,9 +122,16 @@ class Thresholds:
                 for glob in globs
                 if not any(fnmatch.fnmatchcase(case.value(name), glob) for case in matched)
             ]
+            names = {name for case in matched for name, _ in case.params}
+            found += [
+                (rule, f"{rule.label}: not_slower_than names {name!r}, no parameter of the cases it matches")
+                for name in rule.not_slower_than
+                if name not in names
+            ]
             found += [
                 (rule, f"{rule.label}: not_slower_than {name} = {value!r} names no benchmark case")
                 for name, values in rule.not_slower_than.items()
+                if name in names
                 for value in values
                 if not any(case.replaced({name: value}) in known for case in matched)
             ]
@@ -161,7 +170,7 @@ def _defaults(table, path: Path) -> dict:
     if unknown:
         raise GateError(f"{where}: unknown keys {sorted(unknown)}")
     max_slowdown, min_compared = table["max_slowdown"], table.get("min_compared", 0.9)
-    if not _is_number(max_slowdown) or max_slowdown < 0:
+    if not _is_number(max_slowdown) or not 0 <= max_slowdown < math.inf:
         raise GateError(f"{where}: max_slowdown = {max_slowdown!r} is not a number >= 0")
     if not _is_number(min_compared) or not 0 <= min_compared <= 1:
         raise GateError(f"{where}: min_compared = {min_compared!r} is not a fraction between 0 and 1")
@@ -190,6 +199,12 @@ def _rule(number: int, entry: dict) -> Rule:
         kind = _RULE_FIELDS[key]
         if not isinstance(value, kind) or (kind is _NUMBER and isinstance(value, bool)):
             raise GateError(f"{where}: {key} = {value!r} has the wrong type")
+        if kind is _NUMBER and not math.isfinite(
+            value
+        ):  # TOML has nan and inf: no comparison passes or fails with them
+            raise GateError(f"{where}: {key} = {value!r} is not a finite number")
+    if entry.get("not_slower_than") == {}:
+        raise GateError(f"{where}: not_slower_than is empty: name the parameter and the values to compare with")
     if not any(key in entry for key in _CHECKS):
         raise GateError(f"{where}: declares no check (one of {list(_CHECKS)})")
     if entry.get("max_slowdown", 0) < 0:

@@ -91,7 +91,10 @@ class Worker:
         line = self.proc.stdout.readline()
         if not line:
             raise self._died()
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except ValueError as exc:
+            raise WorkerError(f"the {self.side.role} worker answered what is not JSON: {line[:200]!r}") from exc
 
     def ask(self, op: str, **request) -> dict:
         self.send(op, **request)

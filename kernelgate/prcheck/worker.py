@@ -4,7 +4,7 @@
 
 The PR check starts one worker per commit, each in that commit's environment and checkout, and
 alternates them case by case (``kernelgate.prcheck.bench``). A worker reads one JSON request per
-line on stdin and answers one JSON line on stdout (asv and the benchmarks print to stderr):
+line on stdin and answers one JSON line on stdout (all else it prints goes to stderr):
 
 * ``{"op": "discover"}`` -> ``{"benchmarks": [...]}``: the suite as asv's discovery describes it;
 * ``{"op": "setup", "name": N, "index": I}`` -> ``{"status": "ok" | "skipped" | "failed", "message": M}``:
@@ -118,8 +118,10 @@ def answer(worker: Worker, request: dict) -> dict:
 
 
 def main() -> None:
-    protocol = sys.stdout
-    sys.stdout = sys.stderr  # whatever the suite prints must not corrupt the answers
+    # The answers leave on a copy of stdout, and stdout itself becomes stderr: nothing that the suite, a
+    # C library or a child process prints can corrupt them.
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     worker = Worker(os.path.abspath(sys.argv[1]))
     for line in sys.stdin:
         try:
