@@ -446,6 +446,97 @@ def test_a_case_no_shard_measured_fails_the_merge(tmp_path):
         check.merge_shards([one, two], tmp_path / "merged")
 
 
+def _merge(tmp_path, shards, out="verdict") -> tuple[int, dict, str]:
+    from kernelgate.prcheck.__main__ import main as prcheck_main
+
+    code = prcheck_main(["merge", "--out", str(tmp_path / out), *map(str, shards)])
+    verdict = json.loads((tmp_path / out / "gate" / "verdict.json").read_text())
+    return code, verdict, (tmp_path / out / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("report", "passes"),
+    [("complete", True), ("drew-no-test", True), ("absent", False), ("cut-short", False)],
+)
+def test_each_shard_that_selected_tests_brings_their_whole_report(tmp_path, report, passes):
+    """A shard killed during its tests, or run with --skip-tests, cannot pass because another shard's tests did."""
+    xml = {"complete": JUNIT, "drew-no-test": '<testsuite tests="0"/>', "cut-short": '<testsuite tests="3"><testcase'}
+    one, two = _two_shards(tmp_path)
+    for shard, text in ((one, JUNIT), (two, xml.get(report))):
+        dataclasses.replace(check.Plan.load(shard), tests=["tests/test_kernel.py"]).save(shard)
+        if text is not None:
+            (shard / "junit").mkdir()
+            (shard / "junit" / "gpu-tests.xml").write_text(text)
+    code, verdict, text = _merge(tmp_path, [one, two])
+    assert (code, verdict["passed"]) == ((0, True) if passes else (2, False))
+    assert passes or "shard 2 has no complete report of its GPU tests" in text
+
+
+def test_a_change_that_selects_nothing_passes_the_merge(tmp_path):
+    """A documentation change: every shard selected no group, measured nothing and wrote no suites."""
+    shards = []
+    for k in (1, 2):
+        out = tmp_path / f"shard-{k}"
+        out.mkdir()
+        machine = {"machine": f"h100-host{k}", "gpu": "NVIDIA H100", "gpu_class": "H100"}
+        check.Plan("b" * 40, "c" * 40, machine, [], {}, (k, 2), [], []).save(out)
+        shards.append(out)
+    code, verdict, text = _merge(tmp_path, shards)
+    assert (code, verdict["passed"]) == (0, True)
+    assert "no changed path selects a group" in text
+
+
+def test_a_check_that_selects_nothing_writes_its_passing_verdict(tmp_path, monkeypatch):
+    """What the verdict job merges, for a documentation change, on one runner."""
+    import argparse
+
+    from kernelgate.prcheck.__main__ import run
+
+    machine = {"machine": "h100-host", "gpu": "NVIDIA H100", "gpu_class": "H100"}
+    monkeypatch.setattr(
+        check, "prepare", lambda args, steps: check.Plan("b" * 40, "c" * 40, machine, [], {}, (1, 1), [], [])
+    )
+    out = tmp_path / "shard-1"
+    assert run(argparse.Namespace(out=out, skip_tests=False)) == 0
+    assert json.loads((out / "gate" / "verdict.json").read_text()) == {
+        "passed": True, "exit_code": 0, "error": None, "findings": []
+    }  # fmt: skip
+    code, verdict, _ = _merge(tmp_path, [out])
+    assert (code, verdict["passed"]) == (0, True), "the verdict job's merge of that one shard"
+
+
+def test_a_merge_leaves_no_earlier_verdict_standing(tmp_path):
+    one, two = _two_shards(tmp_path)
+    for shard in (one, two):
+        (shard / "junit").mkdir()
+        (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
+    assert _merge(tmp_path, [one, two])[0] == 0
+    code, verdict, _ = _merge(tmp_path, [one])  # into the same folder
+    assert (code, verdict["passed"]) == (2, False)
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda shard: (shard / "measurements.json").write_text("null"),
+        lambda shard: (shard / "measurements.json").write_text(json.dumps({"base": {}})),
+        lambda shard: _edit_manifest(shard, {"shard": [2]}),
+        lambda shard: _edit_manifest(shard, {"machine": {"machine": "x"}}),
+    ],
+    ids=["measurements-null", "measurements-no-head", "shard-not-k-of-n", "machine-without-class"],
+)
+def test_a_malformed_shard_fails_the_merge_with_a_report(tmp_path, corrupt):
+    one, two = _two_shards(tmp_path)
+    corrupt(two)
+    code, verdict, text = _merge(tmp_path, [one, two])
+    assert (code, verdict["passed"]) == (2, False) and verdict["error"] and "could not evaluate" in text
+
+
+def _edit_manifest(shard: Path, changes: dict) -> None:
+    manifest = json.loads((shard / "manifest.json").read_text())
+    (shard / "manifest.json").write_text(json.dumps({**manifest, **changes}))
+
+
 def test_shards_of_another_run_or_runner_fail_the_merge(tmp_path):
     one, two = _two_shards(tmp_path)
     plan = check.Plan.load(two)

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 from kernelgate.prcheck import bench, check, selection
@@ -120,9 +121,9 @@ def finish(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: 
     if plan is not None:
         plan.steps = [*earlier, *steps.times]
         plan.save(out)
-    if error and not (out / "gate" / "verdict.json").is_file():
+    if not (out / "gate" / "verdict.json").is_file():  # the gate did not run: nothing selected, or an error
         (out / "gate").mkdir(parents=True, exist_ok=True)
-        verdict = {"passed": False, "exit_code": 2, "error": error, "findings": []}
+        verdict = {"passed": code == 0, "exit_code": code, "error": error, "findings": []}
         (out / "gate" / "verdict.json").write_text(json.dumps(verdict, indent=2))
     print("\n" + report(out, plan, steps, error, code, earlier), flush=True)
     print(f"report: {out / 'report.md'}", flush=True)
@@ -148,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
         code = check.gate(plan, out, check.junit_files(out), confirm=True, steps=steps)
     except (CheckError, bench.WorkerError, selection.SelectionError, OSError, subprocess.SubprocessError) as exc:
         return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)
+    except Exception as exc:  # a bug or an unforeseen input still leaves a red report, never none
+        traceback.print_exc()
+        return finish(out, plan, steps, f"internal error: {type(exc).__name__}: {exc}", 2)
     return finish(out, plan, steps, None, code)
 
 
@@ -173,13 +177,21 @@ def remeasure(args: argparse.Namespace) -> int:
 def merge(args: argparse.Namespace) -> int:
     """One verdict from the shards' folders; a missing, failed or inconsistent shard is red."""
     out, steps, plan = args.out, Steps(), None
-    out.mkdir(parents=True, exist_ok=True)
+    if any(out == shard.resolve() or out in shard.resolve().parents for shard in args.shards):
+        raise SystemExit(f"--out {out} would overwrite a shard's folder: merge into another")
+    shutil.rmtree(out, ignore_errors=True)  # no verdict of an earlier merge may stand for this one
+    out.mkdir(parents=True)
     try:
         with steps("merge shards"):
             plan = check.merge_shards(args.shards, out)
+        if not plan.groups:
+            return finish(out, plan, steps, None, 0)
         code = check.gate(plan, out, check.junit_files(out), confirm=False, steps=steps)
     except (CheckError, OSError, ValueError) as exc:
         return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)
+    except Exception as exc:  # a bug or an unforeseen input still leaves a red report, never none
+        traceback.print_exc()
+        return finish(out, plan, steps, f"internal error: {type(exc).__name__}: {exc}", 2)
     return finish(out, plan, steps, None, code)
 
 

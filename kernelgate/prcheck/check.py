@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
@@ -306,6 +307,14 @@ def gate(plan: Plan, out: Path, junit: list[Path], confirm: bool, steps: Steps) 
         return subprocess.run(argv, check=False).returncode
 
 
+def complete_test_report(path: Path) -> bool:
+    """pytest wrote the whole file: it parses (a shard may draw no test, and its report is then empty)."""
+    try:
+        return ET.parse(path).getroot().tag in ("testsuites", "testsuite")
+    except (OSError, ET.ParseError):
+        return False
+
+
 def junit_files(out: Path) -> list[Path]:
     """Test reports that hold tests (a shard may draw none)."""
     found = sorted(out.glob("junit/*.xml"))
@@ -331,12 +340,19 @@ def merge_shards(shard_dirs: list[Path], out: Path) -> Plan:
                 k: (first.machine.get(k), p.machine.get(k)) for k in keys if first.machine.get(k) != p.machine.get(k)
             }
             raise CheckError(f"{d} ran on a runner that measures differently: {diff}")
-        if read_suites(d) != read_suites(shard_dirs[0]):
-            raise CheckError(f"{d} discovered other suites than {shard_dirs[0]}")
     count = first.shard[1]
     got = sorted(p.shard[0] for p in plans)
     if any(p.shard[1] != count for p in plans) or got != list(range(1, count + 1)):
         raise CheckError(f"expected shards 1..{count} once each, got {[f'{p.shard[0]}/{p.shard[1]}' for p in plans]}")
+    machine = {**first.machine, "machine": f"{first.machine['gpu_class'].lower()}-shards"}
+    steps = [[f"shard {p.shard[0]}: {name}", *rest] for p in plans for name, *rest in p.steps]
+    if not first.groups:  # the change selects nothing: no shard tested or measured anything
+        return dataclasses.replace(first, machine=machine, shard=(0, count), steps=steps)
+    for d, p in zip(shard_dirs, plans, strict=True):
+        if read_suites(d) != read_suites(shard_dirs[0]):
+            raise CheckError(f"{d} discovered other suites than {shard_dirs[0]}")
+        if p.tests and not complete_test_report(d / "junit" / "gpu-tests.xml"):
+            raise CheckError(f"{d}: shard {p.shard[0]} has no complete report of its GPU tests (killed, or skipped)")
     bounded = bounded_tracks(shard_dirs[0] / "trusted", first.machine["gpu_class"])
     chosen = chosen_cases(read_suites(shard_dirs[0]), first.benchmarks, bounded)
     expected = {role: {c.id for c in cases} for role, cases in chosen.items()}
@@ -360,9 +376,7 @@ def merge_shards(shard_dirs: list[Path], out: Path) -> Plan:
         for xml in junit_files(d):
             (out / "junit").mkdir(exist_ok=True)
             shutil.copy(xml, out / "junit" / f"shard-{p.shard[0]}-{xml.name}")
-    machine = {**first.machine, "machine": f"{first.machine['gpu_class'].lower()}-shards"}
     cases = {role: sorted(records[role]) for role in records}
-    steps = [[f"shard {p.shard[0]}: {name}", *rest] for p in plans for name, *rest in p.steps]
     plan = dataclasses.replace(first, machine=machine, shard=(0, count), cases=cases, steps=steps)
     (out / "measurements.json").write_text(json.dumps(records))
     write_results(plan, out, records)
