@@ -26,6 +26,7 @@ from kernelgate.prcheck import bench, results, selection
 from kernelgate.prcheck.environments import RunnerError, overlay
 
 TRUSTED_FILES = ("perf-thresholds.toml", "pr-check.toml")
+TEST_REPORT = Path("junit", "gpu-tests.xml")  # the GPU tests' JUnit XML, in the output folder
 NO_GPU_GROUPS = "the PR check times kernels on a GPU; none is visible (nvidia-smi lists no device)"
 
 
@@ -205,7 +206,7 @@ def run_tests(plan: Plan, out: Path, steps: Steps) -> None:
     with steps("GPU tests"):
         head = plan.side("head")
         k, n = plan.shard
-        junit = out / "junit" / "gpu-tests.xml"
+        junit = out / TEST_REPORT
         # Correctness only: pytest-benchmark's timing is off (it would warn once per xdist worker).
         argv = [str(head.python), "-m", "pytest", *plan.tests, "-p", "no:cacheprovider", "-q", "-n", "auto",
                 "--benchmark-disable", "--require-gpu", f"--shard={k}/{n}", f"--junitxml={junit}"]  # fmt: skip
@@ -351,7 +352,7 @@ def merge_shards(shard_dirs: list[Path], out: Path) -> Plan:
     for d, p in zip(shard_dirs, plans, strict=True):
         if read_suites(d) != read_suites(shard_dirs[0]):
             raise CheckError(f"{d} discovered other suites than {shard_dirs[0]}")
-        if p.tests and not complete_test_report(d / "junit" / "gpu-tests.xml"):
+        if p.tests and not complete_test_report(d / TEST_REPORT):
             raise CheckError(f"{d}: shard {p.shard[0]} has no complete report of its GPU tests (killed, or skipped)")
     bounded = bounded_tracks(shard_dirs[0] / "trusted", first.machine["gpu_class"])
     chosen = chosen_cases(read_suites(shard_dirs[0]), first.benchmarks, bounded)
