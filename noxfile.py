@@ -30,7 +30,8 @@ RUNNER_LOCK = ROOT / "requirements" / "runner.txt"
 # CPU-only machines get torch's CPU build, from PyTorch's CPU index: PyPI's Linux torch is the CUDA
 # build (several GB), which also requires its own Triton, not the lock's. Nothing timed there is
 # compared with anything, so this is not a pin the numbers depend on.
-CPU_TORCH = ("torch==2.13.0+cpu", "--extra-index-url", "https://download.pytorch.org/whl/cpu")
+CPU_TORCH = "torch==2.13.0+cpu"
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 FROM_LOCK_ON_CPU = ("triton", "tilelang", "numpy", "asv", "asv-runner", "matplotlib")
 # Reading recorded results (the gate, the merge of the shards, the HTML history) needs asv and matplotlib:
 # no kernel stack.
@@ -65,7 +66,8 @@ def install(session: nox.Session, *extras: str) -> str:
         session.install("--require-hashes", "-r", str(RUNNER_LOCK))
         session.install("--no-deps", "-e", ".")
     else:
-        session.install(*CPU_TORCH, *map(lock_pin, FROM_LOCK_ON_CPU))
+        session.install("--no-deps", "--index-url", CPU_TORCH_INDEX, CPU_TORCH)  # that index for torch alone
+        session.install(CPU_TORCH, *map(lock_pin, FROM_LOCK_ON_CPU))
         session.install("-e", f".[{','.join(extras)}]" if extras else ".")
     return str(Path(session.bin) / "python")
 
