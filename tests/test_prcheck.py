@@ -117,6 +117,26 @@ def test_a_time_case_shares_its_shard_with_its_other_implementations():
             assert all(c in shard_cases for c in siblings), case.id
 
 
+def test_base_warms_every_case_the_check_times_on_it(groups):
+    """Base's warm-up leaves out the references; every LayerNorm time case the group selects is ours."""
+    import itertools
+
+    from benchmarks import bench_layer_norm
+    from kernelgate.measure import warm
+
+    patterns = list(groups.groups["layer_norm"].benchmarks)
+    warmed = set(warm.items(("layer_norm",), references=False))
+    timed = set()
+    for cls in (bench_layer_norm.LayerNorm, bench_layer_norm.LayerNormWidths):
+        name = f"bench_layer_norm.{cls.__name__}.time_layer_norm"
+        for params in itertools.product(*cls.params):
+            case = bench.Case(name, 0, tuple(repr(p) for p in params), "time")
+            if bench.selected([case], patterns):
+                timed.add(("layer_norm", *params))
+    assert timed and warmed == timed, "base warms what it times, no more"
+    assert len(warm.items(("layer_norm",))) > len(warmed), "head warms the compiled references too"
+
+
 # --- the worker and the interleaved measurement ----------------------------------------------------
 
 FAKE_SUITE = """

@@ -6,8 +6,9 @@ load compiled code instead of compiling it (torch.compile of the LayerNorm
 graphs alone takes many minutes serially). Nothing is timed here, and a
 benchmark's own setup still calls its workload once before sampling.
 
-``python -m kernelgate.measure.warm [--jobs N] [--groups layer_norm attention]`` (``nox -s bench``
-and the PR check run it on a GPU; ``--groups`` names pr-check.toml's groups, default all).
+``python -m kernelgate.measure.warm [--jobs N] [--groups layer_norm attention] [--without-references]``
+(``nox -s bench`` and the PR check run it on a GPU; ``--groups`` names pr-check.toml's groups, default
+all; ``--without-references`` warms this project's kernels alone, all that the PR check times on base).
 """
 
 import argparse
@@ -33,7 +34,7 @@ LAYER_NORM_COMPILED_REFERENCES = ["torch_compile", "liger"]
 GROUPS = ("layer_norm", "attention")
 
 
-def items(groups: tuple[str, ...] = GROUPS) -> list[tuple]:
+def items(groups: tuple[str, ...] = GROUPS, references: bool = True) -> list[tuple]:
     suites = [  # (shapes, directions, our variants): the LayerNorm and LayerNormWidths benchmarks
         (shape_names(), BENCH_DIRECTIONS, LAYER_NORM_VARIANTS),
         (model_width_shape_names(), MODEL_DIRECTIONS, ["auto"]),
@@ -44,7 +45,7 @@ def items(groups: tuple[str, ...] = GROUPS) -> list[tuple]:
         for shape in shapes
         for dtype in BENCH_DTYPES
         for direction in directions
-        for impl in variants + LAYER_NORM_COMPILED_REFERENCES
+        for impl in variants + (LAYER_NORM_COMPILED_REFERENCES if references else [])
     })  # fmt: skip
     from kernelgate.kernels.attention import ACCUM_MODES
 
@@ -72,6 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=default_jobs(12))
     parser.add_argument("--groups", nargs="+", default=list(GROUPS), help="groups to warm; others are ignored")
+    parser.add_argument("--without-references", action="store_true", help="skip torch.compile and Liger-Kernel")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("kernelgate.measure.warm compiles GPU kernels; no GPU is visible (smoke runs need no warm-up)")
@@ -80,7 +82,7 @@ def main() -> None:
     unknown = sorted(set(args.groups) - set(GROUPS))
     if unknown:
         print(f"no JIT work to warm for {unknown}", flush=True)
-    todo = items(tuple(args.groups))
+    todo = items(tuple(args.groups), references=not args.without_references)
     start = time.perf_counter()
     print(f"warming {len(todo)} workloads on {args.jobs} processes", flush=True)
     failed = []
