@@ -607,3 +607,37 @@ def test_measured_results_are_what_the_gate_judges(fake_tree, tmp_path, head_tic
     verdict = json.loads((tmp_path / "gate" / "verdict.json").read_text())
     (row,) = [f for f in verdict["findings"] if f["check"] == "slowdown"]
     assert row["case"] == "-" and row["ratio"] == pytest.approx(float(head_tick) / 1e-5)
+
+
+FAKE_WARM = """
+import sys
+print("compiling", sys.argv[1:])
+print("warm-up done in 1 s; 0 failed: []")
+sys.exit(int(__import__("os").environ.get("FAKE_WARM_EXIT", "0")))
+"""
+
+
+def test_the_warm_up_runs_both_commits_and_leaves_the_references_to_head(tmp_path, capsys):
+    plan = check.Plan("a" * 40, "b" * 40, {}, ["layer_norm"], {}, (1, 1), [], [])
+    for role in ("base", "head"):
+        tree = tmp_path / role
+        (tree / "kernelgate" / "measure").mkdir(parents=True)
+        (tree / "kernelgate" / "__init__.py").write_text("")
+        (tree / "kernelgate" / "measure" / "__init__.py").write_text("")
+        (tree / "kernelgate" / "measure" / "warm.py").write_text(FAKE_WARM)
+        env = {"PYTHONPATH": str(tree), "FAKE_WARM_EXIT": "3" if role == "base" else "0"}
+        log = tmp_path / "out" / "logs" / f"{role}-worker.log"
+        plan.sides[role] = {
+            "commit": role[0] * 40,
+            "tree": str(tree),
+            "python": sys.executable,
+            "env": env,
+            "log": str(log),
+        }
+    check.warm_up(plan, check.Steps())
+    logs = {role: (tmp_path / "out" / "logs" / f"{role}-warm.log").read_text() for role in ("base", "head")}
+    assert "--without-references" in logs["base"] and "--without-references" not in logs["head"]
+    assert all("'--groups', 'layer_norm'" in text for text in logs.values())
+    printed = capsys.readouterr().out
+    assert "base: warm-up done" in printed and "head: warm-up done" in printed
+    assert "base's warm-up exited 3" in printed, "a failed warm-up is reported, and the check goes on"

@@ -220,7 +220,7 @@ def warm_up(plan: Plan, steps: Steps) -> None:
     """Both commits' JIT caches filled side by side. Base times only this project's kernels: the references
     (torch.compile, Liger-Kernel), which head's metrics compare against, are warmed on head alone. A failed
     warm-up is not fatal: the benchmark's setup compiles what is missing, outside the timed samples."""
-    with steps("JIT warm-up"), contextlib.ExitStack() as logs:
+    with steps("JIT warm-up"), contextlib.ExitStack() as stack:
         running = []
         for role in ("base", "head"):
             side = plan.side(role)
@@ -230,9 +230,10 @@ def warm_up(plan: Plan, steps: Steps) -> None:
             argv += ["--without-references", f"--jobs={max(1, jobs // 3)}"] if role == "base" else [f"--jobs={jobs}"]
             log_path = side.log.with_name(f"{role}-warm.log")
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            log = logs.enter_context(log_path.open("w"))
+            log = stack.enter_context(log_path.open("w"))
             env = {**os.environ, **side.env}
             proc = subprocess.Popen(argv, cwd=side.tree, env=env, stdout=log, stderr=subprocess.STDOUT)
+            stack.callback(proc.kill)  # a no-op once it has exited; an interrupted check leaves no compiler behind
             running.append((role, proc, log_path))
         for role, proc, log_path in running:
             code = proc.wait()
