@@ -3,6 +3,7 @@ worker protocol and the interleaved measurement on a small asv suite, the result
 merge that fails closed."""
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -119,8 +120,6 @@ def test_a_time_case_shares_its_shard_with_its_other_implementations():
 
 def test_base_warms_every_case_the_check_times_on_it(groups):
     """Base's warm-up leaves out the references; every LayerNorm time case the group selects is ours."""
-    import itertools
-
     from benchmarks import bench_layer_norm
     from kernelgate.measure import warm
 

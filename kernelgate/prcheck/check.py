@@ -221,13 +221,12 @@ def warm_up(plan: Plan, steps: Steps) -> None:
     (torch.compile, Liger-Kernel), which head's metrics compare against, are warmed on head alone. A failed
     warm-up is not fatal: the benchmark's setup compiles what is missing, outside the timed samples."""
     with steps("JIT warm-up"), contextlib.ExitStack() as stack:
-        running = []
-        for role in ("base", "head"):
+        running, jobs = [], default_jobs(12)
+        # A third of the processes for base: head's torch.compile work is the longer path.
+        options = {"base": ["--without-references", f"--jobs={max(1, jobs // 3)}"], "head": [f"--jobs={jobs}"]}
+        for role, extra in options.items():
             side = plan.side(role)
-            argv = [str(side.python), "-m", "kernelgate.measure.warm", "--groups", *plan.groups]
-            # A third of the processes for base: head's torch.compile work is the longer path.
-            jobs = default_jobs(12)
-            argv += ["--without-references", f"--jobs={max(1, jobs // 3)}"] if role == "base" else [f"--jobs={jobs}"]
+            argv = [str(side.python), "-m", "kernelgate.measure.warm", "--groups", *plan.groups, *extra]
             log_path = side.log.with_name(f"{role}-warm.log")
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log = stack.enter_context(log_path.open("w"))
