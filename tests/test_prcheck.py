@@ -17,6 +17,7 @@ import pytest
 from asv.results import Results
 
 from kernelgate.kernels.device import interpreter_mode
+from kernelgate.measure import parallel
 from kernelgate.prcheck import bench, check, environments, results, selection
 
 ROOT = Path(__file__).parents[1]
@@ -640,3 +641,18 @@ def test_the_warm_up_runs_both_commits_and_leaves_the_references_to_head(tmp_pat
     printed = capsys.readouterr().out
     assert "base: warm-up done" in printed and "head: warm-up done" in printed
     assert "base's warm-up exited 3" in printed, "a failed warm-up is reported, and the check goes on"
+
+
+def test_a_runner_pinned_to_some_cores_sizes_its_processes_by_them(tmp_path, monkeypatch):
+    """Four runners on a four-GPU host, each pinned to a quarter of the cores: each warms and tests with its
+    own quarter, not with processes for every core of the host."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert parallel.available_cpus() == 16
+    assert parallel.default_jobs(12) == 12 and parallel.default_jobs(32) == 14
+    plan = check.Plan("a" * 40, "b" * 40, {}, ["layer_norm"], {}, (1, 1), ["tests/test_layer_norm.py"], [])
+    plan.sides["head"] = {"commit": "b" * 40, "tree": str(tmp_path), "python": "python", "env": {}, "log": "log"}
+    seen = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: seen.append(argv) or subprocess.CompletedProcess(argv, 0))
+    check.run_tests(plan, tmp_path, check.Steps())
+    assert seen[0][seen[0].index("-n") + 1] == str(min(check.TEST_PROCESSES, 16))

@@ -7,9 +7,17 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 
 
+def available_cpus() -> int:
+    """The cores this process may run on: a runner pinned to some of a host's cores (one per GPU,
+    say) sees its own, where ``os.cpu_count()`` counts the whole host's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def default_jobs(cap: int) -> int:
-    """Worker processes: the cores minus two for the parent and the system, at most ``cap``."""
-    return max(1, min(cap, (os.cpu_count() or 1) - 2))
+    """Worker processes: the available cores minus two for the parent and the system, at most ``cap``."""
+    return max(1, min(cap, available_cpus() - 2))
 
 
 def in_worker_processes(fn: Callable, items: Iterable, jobs: int) -> Iterator[tuple[object, object, Exception | None]]:

@@ -22,12 +22,15 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
-from kernelgate.measure.parallel import default_jobs
+from kernelgate.measure.parallel import available_cpus, default_jobs
 from kernelgate.prcheck import bench, results, selection
 from kernelgate.prcheck.environments import RunnerError, overlay
 
 TRUSTED_FILES = ("perf-thresholds.toml", "pr-check.toml")
 TEST_REPORT = Path("junit", "gpu-tests.xml")  # the GPU tests' JUnit XML, in the output folder
+# pytest-xdist workers for the GPU tests: one per available core, each holding a CUDA context on the
+# one GPU, at most 16 (the cores of a one-GPU runner; more contend for the GPU rather than add speed).
+TEST_PROCESSES = 16
 NO_GPU_GROUPS = "the PR check times kernels on a GPU; none is visible (nvidia-smi lists no device)"
 
 
@@ -209,7 +212,8 @@ def run_tests(plan: Plan, out: Path, steps: Steps) -> None:
         k, n = plan.shard
         junit = out / TEST_REPORT
         # Correctness only: pytest-benchmark's timing is off (it would warn once per xdist worker).
-        argv = [str(head.python), "-m", "pytest", *plan.tests, "-p", "no:cacheprovider", "-q", "-n", "auto",
+        workers = str(min(TEST_PROCESSES, available_cpus()))
+        argv = [str(head.python), "-m", "pytest", *plan.tests, "-p", "no:cacheprovider", "-q", "-n", workers,
                 "--benchmark-disable", "--require-gpu", f"--shard={k}/{n}", f"--junitxml={junit}"]  # fmt: skip
         code = subprocess.run(argv, cwd=head.tree, env={**os.environ, **head.env}, check=False).returncode
         # 5: this shard drew no test. Failures are the gate's to judge, from the JUnit XML.
