@@ -193,10 +193,12 @@ def pr_check(session: nox.Session) -> None:
     kernels, base and head benchmarked case by case, the gate and the report, each step timed.
 
     ``nox -s pr-check -- --base REF --head REF [--full REASON] [--shard K/N]``;
-    ``nox -s pr-check -- merge --out DIR SHARD_DIR...`` joins the shards into one verdict.
+    ``nox -s pr-check -- merge --out DIR SHARD_DIR...`` joins the shards into one verdict;
+    ``nox -s pr-check -- select --base REF --head REF`` is the selection alone, without a GPU.
     """
-    merge = session.posargs[:1] == ["merge"]
-    python = install_for_results(session) if merge else install(session, "test", "bench", "attention")
+    # The merge of the shards and the selection alone run on GitHub-hosted runners: no kernel stack.
+    light = session.posargs[:1] in (["merge"], ["select"])
+    python = install_for_results(session) if light else install(session, "test", "bench", "attention")
     # Each commit's environment is an overlay of the runner's packages: the current interpreter's
     # under --no-venv, the session's virtualenv otherwise.
     runner = sys.executable if session.venv_backend == "none" else python

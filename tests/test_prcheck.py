@@ -60,6 +60,57 @@ def test_a_full_run_selects_every_group(groups):
     assert chosen.groups == ("layer_norm", "attention") and chosen.reasons["attention"] == ["label full-suite"]
 
 
+def _commit(repo: Path, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    ident = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
+    for argv in (["add", "-A"], [*ident, "commit", "-qm", message], ["rev-parse", "HEAD"]):
+        out = subprocess.run(["git", *argv], cwd=repo, capture_output=True, text=True, check=True).stdout
+    return out.strip()
+
+
+@pytest.fixture()
+def history(tmp_path, monkeypatch):
+    """A repository whose base commit holds the project's judging files; heads change a doc or a kernel."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+    trusted = {name: (ROOT / name).read_text() for name in check.TRUSTED_FILES}
+    base = _commit(repo, {**trusted, "kernels/layer_norm/ops.py": "x = 1\n"}, "base")
+    docs = _commit(repo, {"docs/guide.md": "words\n"}, "a documentation change")
+    kernel = _commit(repo, {"kernels/layer_norm/ops.py": "x = 2\n"}, "a kernel change")
+    monkeypatch.chdir(repo)
+    return base, docs, kernel
+
+
+def test_the_selection_alone_passes_a_change_that_selects_nothing(history, tmp_path):
+    from kernelgate.prcheck.__main__ import main as prcheck_main
+
+    base, docs, kernel = history
+    out = tmp_path / "docs-only"
+    assert prcheck_main(["select", "--base", base, "--head", docs, "--out", str(out)]) == 0
+    assert json.loads((out / "selection.json").read_text()) == {"base": base, "head": docs, "groups": []}
+    assert json.loads((out / "gate" / "verdict.json").read_text())["passed"] is True
+    assert "PR check ✅ passed" in (out / "report.md").read_text()
+
+    out = tmp_path / "kernel"
+    assert prcheck_main(["select", "--base", docs, "--head", kernel, "--out", str(out)]) == 0
+    assert json.loads((out / "selection.json").read_text())["groups"] == ["layer_norm"]
+    assert not (out / "gate" / "verdict.json").exists(), "a selected group's verdict is the GPU check's"
+    assert check.Plan.load(out).tests == list(selection.load(ROOT / "pr-check.toml").groups["layer_norm"].tests)
+
+
+def test_the_selection_fails_closed_on_a_commit_it_cannot_read(history, tmp_path):
+    from kernelgate.prcheck.__main__ import main as prcheck_main
+
+    base, _, _ = history
+    out = tmp_path / "bad"
+    assert prcheck_main(["select", "--base", base, "--head", "0" * 40, "--out", str(out)]) == 2
+    assert not (out / "selection.json").exists(), "no selection to act on"
+    assert json.loads((out / "gate" / "verdict.json").read_text())["passed"] is False
+
+
 def test_every_group_names_tests_and_benchmarks_that_exist(groups):
     for group in groups.groups.values():
         for path in group.tests:

@@ -3,6 +3,7 @@
     python -m kernelgate.prcheck --base REF --head REF [--full REASON] [--shard K/N] [--out DIR]
     python -m kernelgate.prcheck merge --out DIR SHARD_DIR...
     python -m kernelgate.prcheck remeasure --out DIR --base SHA --head SHA --regex REGEX   (the gate's re-measurement)
+    python -m kernelgate.prcheck select --base REF --head REF [--full REASON] [--out DIR]   (no GPU: what would run)
 
 Exit code: 0 passed, 1 failed, 2 could not evaluate. The report is written in every case:
 ``<out>/report.md`` (also appended to ``$GITHUB_STEP_SUMMARY``) and ``<out>/gate/verdict.json``.
@@ -32,14 +33,15 @@ def shard_arg(value: str) -> tuple[int, int]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    command = argv[0] if argv and argv[0] in ("merge", "remeasure") else "run"
+    command = argv[0] if argv and argv[0] in ("merge", "remeasure", "select") else "run"
     rest = argv[1:] if command != "run" else argv
     parser = argparse.ArgumentParser(prog=f"python -m kernelgate.prcheck {command if command != 'run' else ''}".strip())
     parser.add_argument("--out", type=Path, default=DEFAULT_WORK / "out", help="the run's output folder")
-    if command == "run":
+    if command in ("run", "select"):
         parser.add_argument("--base", required=True, help="base commit or ref")
         parser.add_argument("--head", required=True, help="head commit or ref")
         parser.add_argument("--full", metavar="REASON", help="run every group (e.g. a label or main's history)")
+    if command == "run":
         parser.add_argument("--shard", type=shard_arg, default=(1, 1), metavar="K/N", help="this runner's share")
         parser.add_argument("--bench", metavar="REGEX", help="only the selected benchmark cases this also matches")
         parser.add_argument(
@@ -54,7 +56,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.add_argument("--runner-python", default=runner, help="the provisioned runner environment's Python")
     elif command == "merge":
         parser.add_argument("shards", type=Path, nargs="+", help="the shards' output folders")
-    else:
+    elif command == "remeasure":
         parser.add_argument("--base", required=True)
         parser.add_argument("--head", required=True)
         parser.add_argument("--regex", required=True, help="the case ids to measure again")
@@ -76,7 +78,9 @@ def fenced(text: str, language: str) -> list[str]:
 def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: int, earlier: list) -> str:
     verdict = {0: "✅ passed", 1: "❌ FAILED"}.get(code, "❌ could not evaluate")
     lines = [f"# PR check {verdict}", ""]
-    if plan is not None:
+    if plan is not None and not plan.machine:  # the selection alone (``select``)
+        lines += [f"base `{plan.base[:12]}` → head `{plan.head[:12]}`: the selection, without a GPU", ""]
+    elif plan is not None:
         gpu = plan.machine.get("gpu", "?")
         versions = ", ".join(
             f"{k} {plan.machine.get(k, '?')}" for k in ("gpu_driver", "cuda", "torch", "triton", "tilelang")
@@ -85,6 +89,7 @@ def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: 
             f"base `{plan.base[:12]}` → head `{plan.head[:12]}` on `{plan.machine['machine']}` ({gpu}; {versions})",
             "",
         ]
+    if plan is not None:
         k, n = plan.shard
         if k == 0:
             lines += [f"The verdict on all {n} shards, merged.", ""]
@@ -174,6 +179,29 @@ def remeasure(args: argparse.Namespace) -> int:
     return 0
 
 
+def select(args: argparse.Namespace) -> int:
+    """The selection step alone, with no GPU: ``selection.json`` says which groups the change selects,
+    and why. A change that selects none has its verdict here (passed): no GPU runner need start."""
+    out, steps, plan = args.out, Steps(), None
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    try:
+        with steps("select"):
+            base, head = check.resolve(args.base), check.resolve(args.head)
+            if base == head:
+                raise CheckError(f"base and head are the same commit ({base[:12]}): there is nothing to compare")
+            groups, chosen = check.select_groups(base, head, check.write_trusted(base, out), args.full)
+        plan = Plan(base, head, {}, list(chosen.groups), chosen.reasons, (1, 1), chosen.tests(groups),
+                    chosen.benchmarks(groups), judging_changes=check.judging_changes(base, head))  # fmt: skip
+    except (CheckError, selection.SelectionError, OSError, subprocess.SubprocessError) as exc:
+        return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)
+    (out / "selection.json").write_text(json.dumps({"base": base, "head": head, "groups": plan.groups}))
+    if plan.groups:  # the GPU check runs them and gives the verdict
+        plan.save(out)
+        return 0
+    return finish(out, plan, steps, None, 0)
+
+
 def merge(args: argparse.Namespace) -> int:
     """One verdict from the shards' folders; a missing, failed or inconsistent shard is red."""
     out, steps, plan = args.out, Steps(), None
@@ -197,7 +225,7 @@ def merge(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return {"run": run, "merge": merge, "remeasure": remeasure}[args.command](args)
+    return {"run": run, "merge": merge, "remeasure": remeasure, "select": select}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -157,6 +157,29 @@ class Plan:
         return bench.Side(role, s["commit"], Path(s["tree"]), Path(s["python"]), s["env"], Path(s["log"]))
 
 
+def write_trusted(base: str, out: Path) -> Path:
+    """The files that judge, as the base commit has them, in ``<out>/trusted``."""
+    trusted = out / "trusted"
+    trusted.mkdir(parents=True, exist_ok=True)
+    for name in TRUSTED_FILES:
+        (trusted / name).write_text(git("show", f"{base}:{name}"))
+    return trusted
+
+
+def select_groups(
+    base: str, head: str, trusted: Path, full: str | None
+) -> tuple[selection.GroupMap, selection.Selection]:
+    """The groups the change from base to head selects by the trusted ``pr-check.toml``, printed with why."""
+    groups = selection.load(trusted / "pr-check.toml")
+    changed = git("diff", "--name-only", base, head).split()
+    chosen = selection.select(groups, changed, full=full)
+    for name in chosen.groups:
+        print(f"{name}: {', '.join(chosen.reasons[name][:6])}{' ...' if len(chosen.reasons[name]) > 6 else ''}")
+    if not chosen.groups:
+        print(f"no group selected by the {len(changed)} changed paths: nothing to run on the GPU")
+    return groups, chosen
+
+
 def prepare(args, steps: Steps) -> Plan:
     """The environment and selection steps."""
     out = args.out
@@ -167,10 +190,7 @@ def prepare(args, steps: Steps) -> Plan:
         base, head = resolve(args.base), resolve(args.head)
         if base == head:
             raise CheckError(f"base and head are the same commit ({base[:12]}): there is nothing to compare")
-        trusted = out / "trusted"
-        trusted.mkdir(parents=True, exist_ok=True)
-        for name in TRUSTED_FILES:
-            (trusted / name).write_text(git("show", f"{base}:{name}"))
+        trusted = write_trusted(base, out)
         machine = machine_entry()
         sides = {}
         for role, commit in (("base", base), ("head", head)):
@@ -185,13 +205,7 @@ def prepare(args, steps: Steps) -> Plan:
             print(f"{role}: {commit[:12]} in {tree}, {python}", flush=True)
         print(f"machine: {machine['machine']} ({machine.get('gpu')}, driver {machine.get('gpu_driver')})", flush=True)
     with steps("select"):
-        groups = selection.load(trusted / "pr-check.toml")
-        changed = git("diff", "--name-only", base, head).split()
-        chosen = selection.select(groups, changed, full=args.full)
-        for name in chosen.groups:
-            print(f"{name}: {', '.join(chosen.reasons[name][:6])}{' ...' if len(chosen.reasons[name]) > 6 else ''}")
-        if not chosen.groups:
-            print(f"no group selected by the {len(changed)} changed paths: nothing to run on the GPU")
+        groups, chosen = select_groups(base, head, trusted, args.full)
     dates = {
         role: int(git("show", "-s", "--format=%ct", commit).strip()) * 1000
         for role, commit in (("base", base), ("head", head))
