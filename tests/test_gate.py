@@ -9,6 +9,7 @@ import datetime
 import functools
 import itertools
 import json
+import math
 import random
 import re
 import statistics
@@ -24,6 +25,7 @@ from asv.machine import Machine
 from asv.results import Results, iter_results_for_machine_and_hash
 from asv.runner import BenchmarkResult
 
+from kernelgate.gate import noise
 from kernelgate.gate.__main__ import main
 from kernelgate.gate.asv_results import IDENTITY, Case
 from kernelgate.gate.confirm import remeasure
@@ -1077,3 +1079,54 @@ def test_bench_selection_still_fails_closed(gate):
     assert code == 1 and failed(verdict, "crashed")
     code, verdict = gate.run("--no-confirm", "--bench", "no_such_benchmark")
     assert code == 2 and "selects no benchmark case" in verdict["error"]
+
+
+# --- the noise of identical-code checks ---------------------------------------------------------
+
+
+def _aa_check(folder: Path, gpu_class: str, ratios: dict[str, float], limit: str = "≤ +4%") -> Path:
+    (folder / "gate").mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"machine": {"gpu_class": gpu_class}}))
+    findings = [{"check": "slowdown", "benchmark": "bench.T.time_x", "case": case, "ratio": ratio, "limit": limit}
+                for case, ratio in ratios.items()]  # fmt: skip
+    findings.append({"check": "floor", "benchmark": "bench.T.track_y", "case": "a", "ratio": 3.0, "limit": "≥ 1.1"})
+    (folder / "gate" / "verdict.json").write_text(json.dumps({"passed": True, "findings": findings}))
+    return folder
+
+
+def test_noise_ranks_each_case_by_its_limit_in_spreads(tmp_path, capsys):
+    quiet = [1.001, 0.999, 1.002, 0.998]
+    noisy = [1.03, 0.97, 1.02, 0.98]
+    checks = [
+        _aa_check(tmp_path / f"aa{i}", "H200", {"quiet": q, "noisy": n})
+        for i, (q, n) in enumerate(zip(quiet, noisy, strict=True))
+    ]
+    gpu, cases = noise.case_noise(checks)
+    by_case = {c.case: c for c in cases}
+    assert gpu == "H200" and set(by_case) == {"quiet", "noisy"}, "only slowdown findings count"
+    spread = statistics.stdev(math.log(r) for r in noisy)
+    assert by_case["noisy"].spread == pytest.approx(spread)
+    assert by_case["noisy"].limit_in_spreads == pytest.approx(math.log(1.04) / spread)
+    assert noise.main([str(c) for c in checks]) == 0
+    printed = capsys.readouterr().out
+    assert "limits under 3 spreads: 1" in printed
+    assert printed.index("time_x(noisy)") < printed.index("time_x(quiet)"), "the tightest first"
+    assert "(tight)" in printed.split("time_x(noisy)")[1].splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        ([("H200", {"a": 1.0})], "at least two checks"),
+        ([("H200", {"a": 1.0}), ("H100", {"a": 1.0})], "several GPU classes"),
+        ([("H200", {"a": 1.0}), ("H200", {})], "judged no slowdown"),
+        ([("H200", {"a": 1.0}), None], "not a PR check's output folder"),
+    ],
+)
+def test_noise_refuses_what_is_not_one_gpu_class_of_checks(tmp_path, capsys, layout, message):
+    folders = []
+    for i, spec in enumerate(layout):
+        folder = tmp_path / f"aa{i}"
+        folders.append(_aa_check(folder, *spec) if spec else folder)
+    assert noise.main([str(f) for f in folders]) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,121 @@
+"""How far apart identical code reads, per time case, against the limit that judges it.
+
+    python -m kernelgate.gate.noise CHECK_DIR... [--tight 3]
+
+Each folder is the output of one PR check whose head is base plus a change that cannot alter the
+kernels (an A/A check: a comment, an empty commit with ``--full``), all on one GPU class. Per time
+case it prints how the checks' head/base ratios spread (the standard deviation of their logarithm)
+and the limit in units of that spread. A limit under ``--tight`` spreads will see suspects, and
+false reds where re-measurement lands the same way; one of many spreads gives away sensitivity: a
+slowdown smaller than the limit goes unseen. Both are reasons to give a case its own
+``max_slowdown`` (docs/gate.md, "Choosing a limit").
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+
+LIMIT = re.compile(r"\+(\d+(?:\.\d+)?)%")
+
+
+class NoiseError(Exception):
+    """The folders cannot be read as identical-code checks of one GPU class."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseNoise:
+    benchmark: str
+    case: str
+    ratios: tuple[float, ...]
+    limit: float  # the allowed slowdown, 0.04 for +4%
+
+    @property
+    def spread(self) -> float:
+        """Standard deviation of log(head/base) over the checks."""
+        return statistics.stdev(math.log(r) for r in self.ratios)
+
+    @property
+    def limit_in_spreads(self) -> float:
+        return math.log1p(self.limit) / self.spread if self.spread > 0 else math.inf
+
+
+def read_check(folder: Path) -> tuple[str, dict[tuple[str, str], tuple[float, float]]]:
+    """The GPU class and {(benchmark, case): (head/base, limit)} of one check's slowdown findings."""
+    try:
+        machine = json.loads((folder / "manifest.json").read_text())["machine"]
+        findings = json.loads((folder / "gate" / "verdict.json").read_text())["findings"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise NoiseError(f"{folder}: not a PR check's output folder ({exc})") from exc
+    ratios = {}
+    for f in findings:
+        limit = LIMIT.search(f.get("limit") or "")
+        if f.get("check") == "slowdown" and f.get("ratio") and limit:
+            ratios[f["benchmark"], f["case"]] = (f["ratio"], float(limit[1]) / 100)
+    if not ratios:
+        raise NoiseError(f"{folder}: its verdict judged no slowdown (did the check measure anything?)")
+    return machine.get("gpu_class", "?"), ratios
+
+
+def case_noise(folders: list[Path]) -> tuple[str, list[CaseNoise]]:
+    """The GPU class and the noise of every case that at least two checks measured."""
+    if len(folders) < 2:
+        raise NoiseError("a spread needs at least two checks")
+    checks = [read_check(folder) for folder in folders]
+    classes = {gpu for gpu, _ in checks}
+    if len(classes) > 1:
+        raise NoiseError(f"the checks ran on several GPU classes ({', '.join(sorted(classes))}): one at a time")
+    seen: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for _, ratios in checks:
+        for key, value in ratios.items():
+            seen.setdefault(key, []).append(value)
+    cases = [
+        CaseNoise(benchmark, case, tuple(r for r, _ in values), values[-1][1])
+        for (benchmark, case), values in sorted(seen.items())
+        if len(values) >= 2
+    ]
+    return classes.pop(), cases
+
+
+def table(gpu: str, checks: int, cases: list[CaseNoise], tight: float, rows: int) -> str:
+    ranked = sorted(cases, key=lambda c: c.limit_in_spreads)
+    under = [c for c in ranked if c.limit_in_spreads < tight]
+    lines = [
+        f"{len(cases)} time cases of {checks} identical-code checks on {gpu}: spread of head/base "
+        f"(median {statistics.median(c.spread for c in cases) * 100:.2f}%), limits under {tight:g} spreads: "
+        f"{len(under)}",
+        "",
+        "| case | checks | spread | highest | limit | limit in spreads |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in ranked[: max(rows, len(under))]:
+        name = f"{c.benchmark.split('.', 1)[-1]}({c.case})"
+        lines.append(
+            f"| {name} | {len(c.ratios)} | {c.spread * 100:.2f}% | {max(c.ratios):.3f} | +{c.limit * 100:g}% "
+            f"| {c.limit_in_spreads:.1f}{' (tight)' if c.limit_in_spreads < tight else ''} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernelgate.gate.noise", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("checks", type=Path, nargs="+", help="output folders of identical-code PR checks")
+    parser.add_argument("--tight", type=float, default=3.0, help="flag limits under this many spreads")
+    parser.add_argument("--rows", type=int, default=15, help="rows of the table, the tightest first")
+    args = parser.parse_args(argv)
+    try:
+        gpu, cases = case_noise(args.checks)
+    except NoiseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(table(gpu, len(args.checks), cases, args.tight, args.rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
