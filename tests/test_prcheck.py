@@ -101,12 +101,13 @@ def test_the_selection_alone_passes_a_change_that_selects_nothing(history, tmp_p
     assert check.Plan.load(out).tests == list(selection.load(ROOT / "pr-check.toml").groups["layer_norm"].tests)
 
 
-def test_the_selection_fails_closed_on_a_commit_it_cannot_read(history, tmp_path):
+@pytest.mark.parametrize("head", ["0" * 40, "base"], ids=["unknown commit", "base itself"])
+def test_the_selection_fails_closed_on_commits_it_cannot_compare(history, tmp_path, head):
     from kernelgate.prcheck.__main__ import main as prcheck_main
 
     base, _, _ = history
     out = tmp_path / "bad"
-    assert prcheck_main(["select", "--base", base, "--head", "0" * 40, "--out", str(out)]) == 2
+    assert prcheck_main(["select", "--base", base, "--head", base if head == "base" else head, "--out", str(out)]) == 2
     assert not (out / "selection.json").exists(), "no selection to act on"
     assert json.loads((out / "gate" / "verdict.json").read_text())["passed"] is False
 

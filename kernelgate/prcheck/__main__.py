@@ -187,9 +187,7 @@ def select(args: argparse.Namespace) -> int:
     out.mkdir(parents=True)
     try:
         with steps("select"):
-            base, head = check.resolve(args.base), check.resolve(args.head)
-            if base == head:
-                raise CheckError(f"base and head are the same commit ({base[:12]}): there is nothing to compare")
+            base, head = check.commits(args.base, args.head)
             groups, chosen = check.select_groups(base, head, check.write_trusted(base, out), args.full)
         plan = Plan(base, head, {}, list(chosen.groups), chosen.reasons, (1, 1), chosen.tests(groups),
                     chosen.benchmarks(groups), judging_changes=check.judging_changes(base, head))  # fmt: skip

@@ -157,6 +157,14 @@ class Plan:
         return bench.Side(role, s["commit"], Path(s["tree"]), Path(s["python"]), s["env"], Path(s["log"]))
 
 
+def commits(base_ref: str, head_ref: str) -> tuple[str, str]:
+    """Both refs as commit hashes; one commit twice is refused: there would be nothing to compare."""
+    base, head = resolve(base_ref), resolve(head_ref)
+    if base == head:
+        raise CheckError(f"base and head are the same commit ({base[:12]}): there is nothing to compare")
+    return base, head
+
+
 def write_trusted(base: str, out: Path) -> Path:
     """The files that judge, as the base commit has them, in ``<out>/trusted``."""
     trusted = out / "trusted"
@@ -187,9 +195,7 @@ def prepare(args, steps: Steps) -> Plan:
         if not has_gpu():
             raise CheckError(NO_GPU_GROUPS)
         repo = Path(git("rev-parse", "--show-toplevel").strip())
-        base, head = resolve(args.base), resolve(args.head)
-        if base == head:
-            raise CheckError(f"base and head are the same commit ({base[:12]}): there is nothing to compare")
+        base, head = commits(args.base, args.head)
         trusted = write_trusted(base, out)
         machine = machine_entry()
         sides = {}
