@@ -847,6 +847,7 @@ DEFAULTS = '[defaults]\nmax_slowdown = 0.05\ngpu_classes = ["H100", "H200"]\n'
         (DEFAULTS + "min_compare = 0.9\n", "[defaults] in"),
         (DEFAULTS + "min_compared = 90\n", "min_compared = 90 is not a fraction between 0 and 1"),
         (DEFAULTS + 'removed = "bench_x.*"\n', "removed = 'bench_x.*' is not a list of strings"),
+        (DEFAULTS + "near_miss = 0.06\n", "near_miss = 0.06 is not a number from 0 to max_slowdown"),
         (
             DEFAULTS + f'[[rule]]\nwhy = "x"\nbenchmark = "{LN_SPEEDUP}"\ngpu_class = ["H20O"]\nmin = 1.0\n',
             f"rule #1 ({LN_SPEEDUP}): gpu_class 'H20O' matches none of ['H100', 'H200']",
@@ -858,7 +859,8 @@ DEFAULTS = '[defaults]\nmax_slowdown = 0.05\ngpu_classes = ["H100", "H200"]\n'
     ],
     ids=[
         "invalid-toml", "unknown-rule-key", "no-check", "no-defaults", "no-gpu-classes",
-        "unknown-default", "min-compared-not-a-fraction", "removed-not-a-list", "gpu-class-not-covered",
+        "unknown-default", "min-compared-not-a-fraction", "removed-not-a-list", "near-miss-past-the-limit",
+        "gpu-class-not-covered",
         "default-limit-nan", "rule-limit-nan", "floor-minus-inf", "empty-order",
     ],
 )  # fmt: skip
@@ -992,6 +994,39 @@ def test_confirmation_of_noise_only_passes(gate):
     assert code == 0, verdict
     (row,) = [f for f in verdict["findings"] if f["check"] == "slowdown" and f["case"] == TWO_PASS_TIME.label]
     assert row["verdict"] == "cleared"
+
+
+NEAR_MISS = with_defaults("near_miss = 0.02\n")  # limit 5%: first readings from 1.03x to 1.05x are re-measured
+
+
+@pytest.mark.parametrize(
+    ("first", "again", "verdict", "reason"),
+    [
+        (1.04, 1.08, "fail", "persisted after re-measurement: the mean of both readings"),
+        (1.04, 1.00, "pass", "re-measured near its limit"),
+        (1.035, 1.058, "cleared", "cleared by re-measurement: the mean of both readings"),
+        (1.06, 1.045, "fail", "persisted after re-measurement: the mean of both readings"),
+        (1.25, 1.00, "cleared", "cleared by re-measurement"),
+    ],
+    ids=["near-miss-then-past", "near-miss-then-within", "mean-within", "past-then-near-miss", "one-off-outlier"],
+)
+def test_a_slowdown_near_or_past_its_limit_is_judged_on_both_readings(gate, first, again, verdict, reason):
+    gate.write(head={TWO_PASS_TIME: samples(first * 1e-3, "first")})
+    fresh = {BASE: {TWO_PASS_TIME: samples(1e-3, "b", n=20)}, HEAD: {TWO_PASS_TIME: samples(again * 1e-3, "h", n=20)}}
+    code, verdict_json = gate.run("--confirm-cmd", confirm_cmd(gate, fresh), thresholds=NEAR_MISS)
+    (row,) = [f for f in verdict_json["findings"] if f["check"] == "slowdown" and f["case"] == TWO_PASS_TIME.label]
+    assert code == (1 if verdict == "fail" else 0), verdict_json
+    assert row["verdict"] == verdict and reason in row["reason"], row
+    runs = remeasured(gate)
+    assert [commits for commits, _ in runs] == [[BASE], [HEAD]]
+    assert all(re.fullmatch(regex, TWO_PASS_TIME.asv_id) for _, regex in runs)
+
+
+def test_without_a_near_miss_margin_a_reading_under_the_limit_passes_unmeasured(gate):
+    gate.write(head={TWO_PASS_TIME: samples(1.04e-3, "first")})
+    code, verdict = gate.run("--confirm-cmd", confirm_cmd(gate, {}))
+    assert code == 0, verdict
+    assert not (gate.root / "remeasured.log").exists()
 
 
 def test_confirmation_once_for_base_and_head(gate):

@@ -10,7 +10,8 @@
 * slowdown: head vs base on every time_* case: head's median over base's beyond
   1 + max_slowdown fails, whether or not asv's statistics call the difference
   significant (the reason says which). Noise is the re-measurement's to clear: samples
-  too spread to call would otherwise pass a slowdown of any size;
+  too spread to call would otherwise pass a slowdown of any size. One within ``near_miss``
+  under its limit is re-measured too (kernelgate/gate/confirm.py);
 * order: ``not_slower_than`` between cases of the same run, decided as ``asv compare``
   decides (Mann-Whitney U on the recorded samples, else 99% CI overlap), factor 1;
 * coverage: something, and at least ``min_compared`` of what could be, was compared.
@@ -202,17 +203,21 @@ def _slowdown(
         reason = "new in head: not compared" if b is None else f"base has no value ({b.value}): not compared"
         return Finding("slowdown", case.benchmark, case.label, Verdict.WARN, reason, head=h.value, unit=unit)
     limit, rule = _slowdown_limit(thresholds, rules, case)
+    informational = rule is not None and rule.informational
     ratio = h.value / b.value
     slower = ratio > 1 + limit
+    near_miss = not slower and not informational and ratio > 1 + limit - thresholds.near_miss > 1
     reason = f"{ratio:.3f}x base, {'beyond' if slower else 'within'} +{limit:.0%}"
+    if near_miss:
+        reason += f" by less than {thresholds.near_miss:.1%} (a near miss)"
     if slower and not _is_result_better(b.value, h.value, _stats(b, case, "base"), _stats(h, case, "head"), 1 + limit):
         reason += ", but not significant by asv's statistics (samples too spread to tell)"
     reason += f" ({rule.why if rule else 'default'})"
     return Finding(
-        "slowdown", case.benchmark, case.label, _verdict(not slower, rule is not None and rule.informational), reason,
+        "slowdown", case.benchmark, case.label, _verdict(not slower, informational), reason,
         base=b.value, head=h.value, ratio=ratio, limit=f"≤ +{limit:.0%}", unit=unit, badness=ratio / (1 + limit),
         remeasure=(("base", case.asv_id), ("head", case.asv_id)),
-        rule=rule.why if rule else "default",
+        rule=rule.why if rule else "default", near_miss=near_miss,
     )  # fmt: skip
 
 

@@ -1,13 +1,18 @@
-"""Re-measure suspected regressions before failing on them.
+"""Re-measure suspected regressions, and slowdowns read just under their limit, before the verdict.
 
 A suspect is a failed check on measured values (a bound, a slowdown, an
-order). Its cases are run again on the commits it depends on, appending
-samples to the same result files (``asv run --append-samples`` keeps the
-other cases), and only the suspects are evaluated again: a regression fails
-the gate only if it persists.
+order); a near miss is a slowdown read within ``near_miss`` under its limit.
+Their cases are run again on the commits they depend on (``asv run
+--append-samples`` keeps the other cases), and only they are evaluated again.
+A suspect bound or order fails the gate only if it persists. A slowdown fails
+only if the fresh reading is past its limit or near it too, and the geometric
+mean of both readings is past the limit: a slowdown just past the limit is
+caught whichever side of it the first reading fell, while a one-off outlier
+(a first reading far past the limit, then a fresh one well within) clears.
 """
 
 import dataclasses
+import math
 import re
 import shlex
 import string
@@ -75,17 +80,26 @@ def _run(template: str, fields: dict[str, str], what: str) -> None:
 def resolve(before: list[Finding], after: list[Finding]) -> list[Finding]:
     """``before`` with each suspect replaced by its re-evaluation, plus failures the re-run introduced."""
     again = {f.key: f for f in after}
-    resolved = [_resolved(f, again.get(f.key)) if f.suspect else f for f in before]
+    resolved = [_resolved(f, again.get(f.key)) if f.to_remeasure else f for f in before]
     seen = {f.key for f in before}
     return resolved + [f for f in after if f.verdict is Verdict.FAIL and not f.suspect and f.key not in seen]
 
 
-def _resolved(suspect: Finding, again: Finding | None) -> Finding:
+def _resolved(first: Finding, again: Finding | None) -> Finding:
     if again is None:
-        return _with(suspect, Verdict.FAIL, "re-measurement produced no value")
+        return _with(first, Verdict.FAIL, "re-measurement produced no value")
+    seen = f"(first measured: {first.reason})"
+    if first.check == "slowdown":
+        near = again.verdict is Verdict.FAIL or again.near_miss
+        again = dataclasses.replace(again, near_miss=False)
+        if near and math.sqrt(first.badness * again.badness) > 1:  # the readings' geometric mean, over the limit
+            return _with(again, Verdict.FAIL, f"persisted after re-measurement: the mean of both readings {seen}")
+        if first.verdict is Verdict.FAIL or again.verdict is Verdict.FAIL:
+            return _with(again, Verdict.CLEARED, f"cleared by re-measurement: the mean of both readings {seen}")
+        return _with(again, again.verdict, f"re-measured near its limit {seen}")
     if again.verdict is Verdict.FAIL:
         return _with(again, Verdict.FAIL, "persisted after re-measurement")
-    return _with(again, Verdict.CLEARED, f"cleared by re-measurement (first measured: {suspect.reason})")
+    return _with(again, Verdict.CLEARED, f"cleared by re-measurement {seen}")
 
 
 def _with(finding: Finding, verdict: Verdict, note: str) -> Finding:
@@ -93,11 +107,12 @@ def _with(finding: Finding, verdict: Verdict, note: str) -> Finding:
 
 
 def confirmed(findings: list[Finding], rerun: Callable[[list[Finding]], list[Finding]]) -> list[Finding]:
-    """The findings once suspects are re-measured; nothing is re-run when a failure that is not noise exists."""
-    suspects = [f for f in findings if f.suspect]
-    if not suspects:
+    """The findings once suspects and near misses are re-measured; nothing is re-run when a failure that is
+    not noise exists."""
+    again = [f for f in findings if f.to_remeasure]
+    if not again:
         return findings
     if any(f.verdict is Verdict.FAIL and not f.suspect for f in findings):
         note = "not re-measured: the gate fails anyway"
         return [_with(f, Verdict.FAIL, note) if f.suspect else f for f in findings]
-    return resolve(findings, rerun(suspects))
+    return resolve(findings, rerun(again))

@@ -35,6 +35,8 @@ class Finding:
     remeasure: tuple[tuple[str, str], ...] = ()
     # The `why` of the threshold rule that judged it ("default" for [defaults]); empty where no rule did.
     rule: str = ""
+    # A slowdown read within the near_miss margin under its limit: re-measured as a suspect is.
+    near_miss: bool = False
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -43,6 +45,11 @@ class Finding:
     @property
     def suspect(self) -> bool:
         return self.verdict is Verdict.FAIL and bool(self.remeasure)
+
+    @property
+    def to_remeasure(self) -> bool:
+        """A suspect, or a near miss: what the gate measures again before its verdict."""
+        return self.suspect or (self.near_miss and bool(self.remeasure))
 
     def sort_key(self) -> tuple[int, float]:
         return SEVERITY[self.verdict], -self.badness

@@ -7,6 +7,8 @@
                                     # cases the pull request may remove; any other removal fails
     min_compared = 0.9              # optional (default 0.9): the least fraction of the time_* cases
                                     # head measured and base's results hold that must be compared
+    near_miss = 0.015               # optional (default 0): a slowdown read within this under its limit is
+                                    # re-measured too (kernelgate/gate/confirm.py)
 
     [[rule]]
     why = "where the figure comes from"                 # required
@@ -101,6 +103,7 @@ class Thresholds:
     gpu_classes: tuple[str, ...]
     removed: tuple[str, ...]
     min_compared: float
+    near_miss: float
     rules: tuple[Rule, ...]
 
     def applicable(self, gpu_class: str) -> list[Rule]:
@@ -166,7 +169,7 @@ def _defaults(table, path: Path) -> dict:
     where = f"perf thresholds: [defaults] in {path}"
     if not isinstance(table, dict) or not {"max_slowdown", "gpu_classes"} <= set(table):
         raise GateError(f"perf thresholds: {path} needs [defaults] with max_slowdown = <number> and gpu_classes")
-    unknown = set(table) - {"max_slowdown", "gpu_classes", "removed", "min_compared"}
+    unknown = set(table) - {"max_slowdown", "gpu_classes", "removed", "min_compared", "near_miss"}
     if unknown:
         raise GateError(f"{where}: unknown keys {sorted(unknown)}")
     max_slowdown, min_compared = table["max_slowdown"], table.get("min_compared", 0.9)
@@ -174,6 +177,9 @@ def _defaults(table, path: Path) -> dict:
         raise GateError(f"{where}: max_slowdown = {max_slowdown!r} is not a number >= 0")
     if not _is_number(min_compared) or not 0 <= min_compared <= 1:
         raise GateError(f"{where}: min_compared = {min_compared!r} is not a fraction between 0 and 1")
+    near_miss = table.get("near_miss", 0.0)
+    if not _is_number(near_miss) or not 0 <= near_miss <= max_slowdown:
+        raise GateError(f"{where}: near_miss = {near_miss!r} is not a number from 0 to max_slowdown")
     removed = table.get("removed", [])
     if not isinstance(removed, list) or not all(isinstance(glob, str) for glob in removed):
         raise GateError(f"{where}: removed = {removed!r} is not a list of strings")
@@ -182,6 +188,7 @@ def _defaults(table, path: Path) -> dict:
         "gpu_classes": _strings(table["gpu_classes"], f"{where}: gpu_classes"),
         "removed": tuple(removed),
         "min_compared": float(min_compared),
+        "near_miss": float(near_miss),
     }
 
 
