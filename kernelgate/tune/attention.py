@@ -39,6 +39,13 @@ CANDIDATES = {
         (128, 64, 2, 256),  # 12-14 STL
         (64, 32, 2, 128),  # 0-2 STL, one compute warpgroup
     ],
+    (64, 64): [
+        (128, 32, 2, 256),  # 0 STL
+        (128, 64, 1, 256),  # 0 STL
+        (128, 64, 3, 256),  # 0 STL
+        (64, 64, 2, 128),  # 0 STL, one compute warpgroup
+        (64, 32, 2, 128),  # 0 STL, one compute warpgroup
+    ],
 }
 MODES = ("tma", "region", "elem")
 
