@@ -518,6 +518,53 @@ def test_a_case_no_shard_measured_fails_the_merge(tmp_path):
         check.merge_shards([one, two], tmp_path / "merged")
 
 
+@pytest.mark.parametrize(
+    ("first", "again", "verdict"),
+    [(1.06, 1.045, "fail"), (1.042, 1.055, "cleared"), (1.045, 1.0, "pass"), (1.06, None, "error")],
+    ids=["past-then-near", "near-then-past-by-less", "near-then-within", "never-re-measured"],
+)
+def test_the_merge_judges_what_a_shard_re_measured_as_its_gate_did(tmp_path, first, again, verdict):
+    """The merge judges each case's first reading and takes the shard's re-measurement as its own: judged
+    on the fresh reading alone, 1.045x would pass a slowdown the shard failed, 1.055x fail one it cleared."""
+    one, two = _two_shards(tmp_path)
+    records = json.loads((one / "measurements.json").read_text())
+    records["head"][S1] = _record(0, first)
+    (one / "measurements.json").write_text(json.dumps(records))
+    if again is not None:
+        fresh = {"base": {S1: _record(0, 1.0)}, "head": {S1: _record(0, again)}}
+        (one / "remeasured.json").write_text(json.dumps(fresh))
+    for shard in (one, two):
+        # The 5% limit, and readings past 1.04x re-measured.
+        (shard / "trusted" / "perf-thresholds.toml").write_text(THRESHOLDS + "near_miss = 0.01\n")
+        (shard / "junit").mkdir()
+        (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
+    code, verdict_json, _ = _merge(tmp_path, [one, two])
+    if verdict == "error":
+        assert code == 2 and "re-measurement of base and head failed" in verdict_json["error"]
+        return
+    (row,) = [f for f in verdict_json["findings"] if f["check"] == "slowdown" and f["case"] == "s1"]
+    assert row["verdict"] == verdict and code == (1 if verdict == "fail" else 0), row
+    assert row["ratio"] == pytest.approx(again)
+
+
+def test_a_re_measurement_keeps_each_cases_first_reading(tmp_path, monkeypatch):
+    from kernelgate.prcheck.__main__ import main as prcheck_main
+
+    one, _ = _two_shards(tmp_path)
+    first = json.loads((one / "measurements.json").read_text())
+    monkeypatch.setattr(check.Plan, "side", lambda plan, role: role)
+    monkeypatch.setattr(bench, "measure", lambda sides, cases: {
+        role: {c.id: _record(c.index, 1.5) for c in cases[role]} for role in sides
+    })  # fmt: skip
+    argv = ["remeasure", "--out", str(one), "--base", "b" * 40, "--head", "c" * 40, "--regex", "s1"]
+    assert prcheck_main(argv) == 0
+    assert json.loads((one / "measurements.json").read_text()) == first
+    fresh = json.loads((one / "remeasured.json").read_text())
+    assert fresh == {role: {S1: _record(0, 1.5)} for role in ("base", "head")}
+    (result,) = (one / "results" / "h100-host1").glob("c" * 8 + "-*.json")
+    assert 1.5 in json.loads(result.read_text())["results"]["bench_a.A.time_x"][0]
+
+
 def _merge(tmp_path, shards, out="verdict") -> tuple[int, dict, str]:
     from kernelgate.prcheck.__main__ import main as prcheck_main
 

@@ -60,6 +60,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.add_argument("--base", required=True)
         parser.add_argument("--head", required=True)
         parser.add_argument("--regex", required=True, help="the case ids to measure again")
+        parser.add_argument(
+            "--recorded", action="store_true", help="take the shards' own re-measurements (the merge; no GPU)"
+        )
     args = parser.parse_args(rest)
     args.command = command
     for name in ("out", "work", "cache"):  # the steps run in other folders (each commit's checkout)
@@ -148,10 +151,10 @@ def run(args: argparse.Namespace) -> int:
             check.run_tests(plan, out, steps)
         check.warm_up(plan, steps)
         records = check.measure(plan, out, steps)
-        (out / "measurements.json").write_text(json.dumps(records))
+        (out / check.MEASUREMENTS).write_text(json.dumps(records))
         check.write_results(plan, out, records)
         plan.save(out)  # the gate's re-measurement reads it
-        code = check.gate(plan, out, check.junit_files(out), confirm=True, steps=steps)
+        code = check.gate(plan, out, check.junit_files(out), steps)
     except (CheckError, bench.WorkerError, selection.SelectionError, OSError, subprocess.SubprocessError) as exc:
         return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)
     except Exception as exc:  # a bug or an unforeseen input still leaves a red report, never none
@@ -161,21 +164,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 def remeasure(args: argparse.Namespace) -> int:
-    """Measure the cases matching ``--regex`` again, interleaved, and replace their records."""
+    """Measure the cases matching ``--regex`` again, interleaved, and judge them on that reading (the gate's
+    confirm command). Each case's first reading stays in measurements.json, the latest in remeasured.json.
+    With ``--recorded`` (merging shards), the readings are those the shards' gates re-measured."""
     plan = Plan.load(args.out)
     if (plan.base, plan.head) != (args.base, args.head):
         raise SystemExit(
             f"{args.out} measured {plan.base[:12]}..{plan.head[:12]}, not {args.base[:12]}..{args.head[:12]}"
         )
-    records = json.loads((args.out / "measurements.json").read_text())
+    first, fresh = json.loads((args.out / check.MEASUREMENTS).read_text()), check.remeasured(args.out)
     again = {}
     for role, suite in check.read_suites(args.out).items():
         again[role] = [c for c in bench.suite_cases(suite) if c.id in plan.cases[role] and re.search(args.regex, c.id)]
-    print(f"re-measuring {len(again['base'])} base and {len(again['head'])} head cases", flush=True)
-    for role, fresh in bench.measure([plan.side("base"), plan.side("head")], again).items():
-        records[role].update(fresh)
-    (args.out / "measurements.json").write_text(json.dumps(records))
-    check.write_results(plan, args.out, records)
+    if args.recorded:
+        missing = [f"{role} {c.id}" for role, cases in again.items() for c in cases if c.id not in fresh[role]]
+        if missing:
+            raise SystemExit(f"no shard re-measured {len(missing)} of the cases to judge again, e.g. {missing[0]}")
+        chosen = {role: {c.id: fresh[role][c.id] for c in cases} for role, cases in again.items()}
+    else:
+        print(f"re-measuring {len(again['base'])} base and {len(again['head'])} head cases", flush=True)
+        chosen = bench.measure([plan.side("base"), plan.side("head")], again)
+        for role in fresh:
+            fresh[role].update(chosen[role])
+        (args.out / check.REMEASURED).write_text(json.dumps(fresh))
+        chosen = fresh
+    check.write_results(plan, args.out, {role: {**first[role], **chosen[role]} for role in first})
     return 0
 
 
@@ -212,7 +225,7 @@ def merge(args: argparse.Namespace) -> int:
             plan = check.merge_shards(args.shards, out)
         if not plan.groups:
             return finish(out, plan, steps, None, 0)
-        code = check.gate(plan, out, check.junit_files(out), confirm=False, steps=steps)
+        code = check.gate(plan, out, check.junit_files(out), steps, recorded=True)
     except (CheckError, OSError, ValueError) as exc:
         return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)
     except Exception as exc:  # a bug or an unforeseen input still leaves a red report, never none

@@ -28,6 +28,8 @@ from kernelgate.prcheck.environments import RunnerError, overlay
 
 TRUSTED_FILES = ("perf-thresholds.toml", "pr-check.toml")
 TEST_REPORT = Path("junit", "gpu-tests.xml")  # the GPU tests' JUnit XML, in the output folder
+# In the output folder: each case's first reading, and the gate's re-measurements of some of them.
+MEASUREMENTS, REMEASURED = "measurements.json", "remeasured.json"
 # pytest-xdist workers for the GPU tests: one per available core, each holding a CUDA context on the
 # one GPU, at most 16 (the cores of a one-GPU runner; more contend for the GPU rather than add speed).
 TEST_PROCESSES = 16
@@ -336,18 +338,24 @@ def write_results(plan: Plan, out: Path, records: dict) -> Path:
     return results_dir
 
 
-def gate(plan: Plan, out: Path, junit: list[Path], confirm: bool, steps: Steps) -> int:
+def remeasured(out: Path) -> dict[str, dict]:
+    """{role: {case id: record}} of the cases the gate had measured again (none yet: empty)."""
+    path = out / REMEASURED
+    return json.loads(path.read_text()) if path.exists() else {"base": {}, "head": {}}
+
+
+def gate(plan: Plan, out: Path, junit: list[Path], steps: Steps, recorded: bool = False) -> int:
+    """The gate on the run in ``out``; it re-measures its suspects and near misses on the GPU, or, merging
+    shards (``recorded``), takes the readings the shards' own gates re-measured, so both judge alike."""
     with steps("gate"):
         argv = [sys.executable, "-m", "kernelgate.gate", "--base", plan.base, "--head", plan.head,
                 "--machine", plan.machine["machine"], "--results-dir", str(out / "results"),
                 "--thresholds", str(out / "trusted" / "perf-thresholds.toml"),
                 "--base-suite", str(out / "suites" / "base.json"), "--cases", str(out / "cases.json"),
                 "--out", str(out / "gate"), *[f"--junit={j}" for j in junit]]  # fmt: skip
-        if confirm:
-            remeasure = [sys.executable, "-m", "kernelgate.prcheck", "remeasure", "--out", str(out)]
-            argv += ["--confirm-cmd", " ".join(remeasure) + " --base {base} --head {head} --regex {regex}"]
-        else:
-            argv.append("--no-confirm")
+        remeasure = [sys.executable, "-m", "kernelgate.prcheck", "remeasure", "--out", str(out)]
+        remeasure += ["--recorded"] if recorded else []
+        argv += ["--confirm-cmd", " ".join(remeasure) + " --base {base} --head {head} --regex {regex}"]
         return subprocess.run(argv, check=False).returncode
 
 
@@ -401,15 +409,19 @@ def merge_shards(shard_dirs: list[Path], out: Path) -> Plan:
     chosen = chosen_cases(read_suites(shard_dirs[0]), first.benchmarks, bounded)
     expected = {role: {c.id for c in cases} for role, cases in chosen.items()}
     records: dict[str, dict] = {"base": {}, "head": {}}
+    again: dict[str, dict] = {"base": {}, "head": {}}
     for d, p in zip(shard_dirs, plans, strict=True):
-        measured = json.loads((d / "measurements.json").read_text())
+        measured, fresh = json.loads((d / MEASUREMENTS).read_text()), remeasured(d)
         for role in records:
             if set(measured[role]) != set(p.cases[role]):
                 raise CheckError(f"{d}: {role} measurements do not match the cases its manifest lists")
+            if not set(fresh[role]) <= set(measured[role]):
+                raise CheckError(f"{d}: {role} re-measured cases it did not measure")
             overlap = set(measured[role]) & set(records[role])
             if overlap:
                 raise CheckError(f"{d}: {role} cases measured by two shards, e.g. {sorted(overlap)[0]}")
             records[role].update(measured[role])
+            again[role].update(fresh[role])
     for role in records:
         missing = expected[role] - set(records[role])
         if missing:
@@ -422,6 +434,8 @@ def merge_shards(shard_dirs: list[Path], out: Path) -> Plan:
             shutil.copy(xml, out / "junit" / f"shard-{p.shard[0]}-{xml.name}")
     cases = {role: sorted(records[role]) for role in records}
     plan = dataclasses.replace(first, machine=machine, shard=(0, count), cases=cases, steps=steps)
-    (out / "measurements.json").write_text(json.dumps(records))
-    write_results(plan, out, records)
+    (out / MEASUREMENTS).write_text(json.dumps(records))
+    (out / REMEASURED).write_text(json.dumps(again))
+    write_results(plan, out, records)  # first readings: the merge's gate re-measures from the shards' records
+    plan.save(out)
     return plan
