@@ -1017,6 +1017,7 @@ def test_a_slowdown_near_or_past_its_limit_is_judged_on_both_readings(gate, firs
     (row,) = [f for f in verdict_json["findings"] if f["check"] == "slowdown" and f["case"] == TWO_PASS_TIME.label]
     assert code == (1 if verdict == "fail" else 0), verdict_json
     assert row["verdict"] == verdict and reason in row["reason"], row
+    assert row["first"] == pytest.approx(first, rel=0.01), "the verdict keeps the first reading"
     runs = remeasured(gate)
     assert [commits for commits, _ in runs] == [[BASE], [HEAD]]
     assert all(re.fullmatch(regex, TWO_PASS_TIME.asv_id) for _, regex in runs)
@@ -1165,3 +1166,24 @@ def test_noise_refuses_what_is_not_one_gpu_class_of_checks(tmp_path, capsys, lay
         folders.append(_aa_check(folder, *spec) if spec else folder)
     assert noise.main([str(f) for f in folders]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("near_miss", "red_pairs"), [(0.01, 2), (0.0, 0)])
+def test_noise_replays_the_gate_on_each_pair_of_checks(tmp_path, capsys, near_miss, red_pairs):
+    # Limit 4%: 1.045x then 1.038x is red with a 1% margin (both past 1.03x, mean 1.0415x), not without.
+    checks = [_aa_check(tmp_path / f"aa{i}", "H200", {"a": r, "b": 1.0}) for i, r in enumerate([1.045, 1.038, 1.0])]
+    replayed = noise.replay(checks, near_miss)
+    assert replayed.pairs == 6
+    assert len({(i, j) for i, j, _ in replayed.red}) == red_pairs
+    assert replayed.remeasured == (4 if near_miss else 2)
+    (tmp_path / "thresholds.toml").write_text(f"[defaults]\nnear_miss = {near_miss}\n")
+    assert noise.main([*map(str, checks), "--thresholds", str(tmp_path / "thresholds.toml")]) == 0
+    assert f"{red_pairs} of 6 pairs red" in capsys.readouterr().out
+
+
+def test_noise_reads_a_re_measured_finding_as_first_read(tmp_path):
+    folder = _aa_check(tmp_path / "aa", "H200", {"a": 1.0})
+    verdict = json.loads((folder / "gate" / "verdict.json").read_text())
+    verdict["findings"][0]["first"] = 1.05
+    (folder / "gate" / "verdict.json").write_text(json.dumps(verdict))
+    assert noise.read_check(folder)[1]["bench.T.time_x", "a"] == (1.05, 0.04)

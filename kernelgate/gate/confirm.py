@@ -89,9 +89,9 @@ def _resolved(first: Finding, again: Finding | None) -> Finding:
     if again is None:
         return _with(first, Verdict.FAIL, "re-measurement produced no value")
     seen = f"(first measured: {first.reason})"
+    near = again.verdict is Verdict.FAIL or again.near_miss
+    again = dataclasses.replace(again, near_miss=False, first=first.ratio)
     if first.check == "slowdown":
-        near = again.verdict is Verdict.FAIL or again.near_miss
-        again = dataclasses.replace(again, near_miss=False)
         if near and math.sqrt(first.badness * again.badness) > 1:  # the readings' geometric mean, over the limit
             return _with(again, Verdict.FAIL, f"persisted after re-measurement: the mean of both readings {seen}")
         if first.verdict is Verdict.FAIL or again.verdict is Verdict.FAIL:

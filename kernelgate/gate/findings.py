@@ -37,6 +37,8 @@ class Finding:
     rule: str = ""
     # A slowdown read within the near_miss margin under its limit: re-measured as a suspect is.
     near_miss: bool = False
+    # The ratio first measured, where a re-measurement decided the finding (``ratio`` is the fresh one).
+    first: float | None = None
 
     @property
     def key(self) -> tuple[str, str, str, str]:

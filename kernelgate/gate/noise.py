@@ -1,6 +1,6 @@
 """How far apart identical code reads, per time case, against the limit that judges it.
 
-    python -m kernelgate.gate.noise CHECK_DIR... [--tight 3]
+    python -m kernelgate.gate.noise CHECK_DIR... [--tight 3] [--thresholds perf-thresholds.toml]
 
 Each folder is the output of one PR check whose head is base plus a change that cannot alter the
 kernels (an A/A check: a comment, an empty commit with ``--full``), all on one GPU class. Per time
@@ -9,6 +9,10 @@ and the limit in units of that spread. A limit under ``--tight`` spreads will se
 false reds where re-measurement lands the same way; one of many spreads gives away sensitivity: a
 slowdown smaller than the limit goes unseen. Both are reasons to give a case its own
 ``max_slowdown`` (docs/gate.md, "Choosing a limit").
+
+It then replays the gate on them: each check's first readings, re-measured by every other check's
+(independent process pairs on the same GPU class), judged with the thresholds' ``near_miss`` and
+each case's limit in the last check given. A red pair is a false red the gate could give.
 """
 
 import argparse
@@ -18,9 +22,11 @@ import math
 import re
 import statistics
 import sys
+import tomllib
 from pathlib import Path
 
 LIMIT = re.compile(r"\+(\d+(?:\.\d+)?)%")
+FIRST = re.compile(r"first measured: (\d+(?:\.\d+)?)x")  # a re-measured finding's reason names its first reading
 
 
 class NoiseError(Exception):
@@ -45,7 +51,8 @@ class CaseNoise:
 
 
 def read_check(folder: Path) -> tuple[str, dict[tuple[str, str], tuple[float, float]]]:
-    """The GPU class and {(benchmark, case): (head/base, limit)} of one check's slowdown findings."""
+    """The GPU class and {(benchmark, case): (head/base, limit)} of one check's slowdown findings, each
+    as first read (a re-measured finding keeps its first reading in ``first``)."""
     try:
         machine = json.loads((folder / "manifest.json").read_text())["machine"]
         findings = json.loads((folder / "gate" / "verdict.json").read_text())["findings"]
@@ -55,22 +62,29 @@ def read_check(folder: Path) -> tuple[str, dict[tuple[str, str], tuple[float, fl
     for f in findings:
         limit = LIMIT.search(f.get("limit") or "")
         if f.get("check") == "slowdown" and f.get("ratio") and limit:
-            ratios[f["benchmark"], f["case"]] = (f["ratio"], float(limit[1]) / 100)
+            first = f.get("first") or (float(m[1]) if (m := FIRST.search(f.get("reason", ""))) else f["ratio"])
+            ratios[f["benchmark"], f["case"]] = (first, float(limit[1]) / 100)
     if not ratios:
         raise NoiseError(f"{folder}: its verdict judged no slowdown (did the check measure anything?)")
     return machine.get("gpu_class", "?"), ratios
 
 
-def case_noise(folders: list[Path]) -> tuple[str, list[CaseNoise]]:
-    """The GPU class and the noise of every case that at least two checks measured."""
+def read_checks(folders: list[Path]) -> tuple[str, list[dict[tuple[str, str], tuple[float, float]]]]:
+    """The GPU class and each check's slowdown readings (``read_check``)."""
     if len(folders) < 2:
         raise NoiseError("a spread needs at least two checks")
     checks = [read_check(folder) for folder in folders]
     classes = {gpu for gpu, _ in checks}
     if len(classes) > 1:
         raise NoiseError(f"the checks ran on several GPU classes ({', '.join(sorted(classes))}): one at a time")
+    return classes.pop(), [ratios for _, ratios in checks]
+
+
+def case_noise(folders: list[Path]) -> tuple[str, list[CaseNoise]]:
+    """The GPU class and the noise of every case that at least two checks measured."""
+    gpu, checks = read_checks(folders)
     seen: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for _, ratios in checks:
+    for ratios in checks:
         for key, value in ratios.items():
             seen.setdefault(key, []).append(value)
     cases = [
@@ -78,7 +92,37 @@ def case_noise(folders: list[Path]) -> tuple[str, list[CaseNoise]]:
         for (benchmark, case), values in sorted(seen.items())
         if len(values) >= 2
     ]
-    return classes.pop(), cases
+    return gpu, cases
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    pairs: int  # ordered pairs of checks: the first readings of one, re-measured by the other's
+    red: tuple[tuple[int, int, tuple[str, str]], ...]  # (first check, re-measuring check, case) judged red
+    remeasured: int  # cases re-measured over all pairs (suspects and near misses)
+
+
+def replay(folders: list[Path], near_miss: float) -> Replay:
+    """The gate's slowdown rule on every ordered pair of checks (``kernelgate/gate/confirm.py``): a case
+    first read past its limit less ``near_miss`` is re-measured, and red when the other check's reading
+    is past that too and the geometric mean of both is past the limit."""
+    _, checks = read_checks(folders)
+    limits = {key: limit for ratios in checks for key, (_, limit) in ratios.items()}  # the last check's
+    red, remeasured, pairs = [], 0, 0
+    for i, first in enumerate(checks):
+        for j, again in enumerate(checks):
+            if i == j:
+                continue
+            pairs += 1
+            for key, (a, _) in first.items():
+                bar = 1 + limits[key] - near_miss
+                if a <= bar or key not in again:
+                    continue
+                remeasured += 1
+                b = again[key][0]
+                if b > bar and math.sqrt(a * b) > 1 + limits[key]:
+                    red.append((i, j, key))
+    return Replay(pairs, tuple(red), remeasured)
 
 
 def table(gpu: str, checks: int, cases: list[CaseNoise], tight: float, rows: int) -> str:
@@ -107,14 +151,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checks", type=Path, nargs="+", help="output folders of identical-code PR checks")
     parser.add_argument("--tight", type=float, default=3.0, help="flag limits under this many spreads")
     parser.add_argument("--rows", type=int, default=15, help="rows of the table, the tightest first")
+    parser.add_argument("--thresholds", type=Path, default=Path("perf-thresholds.toml"), help="where near_miss is read")
     args = parser.parse_args(argv)
     try:
         gpu, cases = case_noise(args.checks)
+        near_miss = read_near_miss(args.thresholds)
+        replayed = replay(args.checks, near_miss)
     except NoiseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(table(gpu, len(args.checks), cases, args.tight, args.rows))
+    print()
+    red_pairs = len({(i, j) for i, j, _ in replayed.red})
+    print(
+        f"Judged as the gate judges (near_miss {near_miss:g}), each check's first readings re-measured by each "
+        f"other check's: {red_pairs} of {replayed.pairs} pairs red; "
+        f"{replayed.remeasured / replayed.pairs:.1f} cases re-measured a check."
+    )
+    for benchmark, case in sorted({key for _, _, key in replayed.red}):
+        times = sum(key == (benchmark, case) for _, _, key in replayed.red)
+        print(f"  red: {benchmark.split('.', 1)[-1]}({case}) in {times} pairs")
     return 0
+
+
+def read_near_miss(path: Path) -> float:
+    try:
+        defaults = tomllib.loads(path.read_text())["defaults"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as exc:
+        raise NoiseError(f"--thresholds {path}: no [defaults] to read near_miss from ({exc})") from exc
+    return float(defaults.get("near_miss", 0.0))
 
 
 if __name__ == "__main__":
