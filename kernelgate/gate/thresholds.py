@@ -7,7 +7,7 @@
                                     # cases the pull request may remove; any other removal fails
     min_compared = 0.9              # optional (default 0.9): the least fraction of the time_* cases
                                     # head measured and base's results hold that must be compared
-    near_miss = 0.015               # optional (default 0): a slowdown read within this under its limit is
+    near_miss = 0.01                # optional (default 0): a slowdown read within this under its limit is
                                     # re-measured too (kernelgate/gate/confirm.py)
 
     [[rule]]
