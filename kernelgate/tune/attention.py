@@ -40,7 +40,7 @@ CANDIDATES = {
         (64, 32, 2, 128),  # 0-2 STL, one compute warpgroup
     ],
     (64, 64): [
-        (128, 32, 2, 256),  # 0 STL
+        (128, 64, 2, 256),  # 0 STL
         (128, 64, 1, 256),  # 0 STL
         (128, 64, 3, 256),  # 0 STL
         (64, 64, 2, 128),  # 0 STL, one compute warpgroup

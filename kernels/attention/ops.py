@@ -54,17 +54,15 @@ class Tiles:
 
 # Tiles: 128 rows on two warpgroups. The backward keeps dK and dV of its 128 key rows in
 # registers (160 floats per thread at 192/128, 128 at 128/128), which leaves room for 32
-# query rows per step; at 128/128 also for double-buffered Q/dO (one spill store in the
-# causal kernel, none in the others). More query rows per step (48, 64) compile, but ran
-# slower on an H200: kernelgate.tune.attention times the alternatives on a GPU.
+# query rows per step; below 192/128 also for double-buffered Q/dO (one spill store in the
+# causal 128/128 kernel, none in the others). More query rows per step (48, 64) compile, but
+# ran slower on an H200 at every head dim: kernelgate.tune.attention times the alternatives.
 def forward_tiles(dim_qk: int) -> Tiles:
     return Tiles(block_m=128, block_n=64 if dim_qk > 128 else 128, num_stages=2, threads=256)
 
 
 def backward_tiles(dim_qk: int) -> Tiles:
-    if dim_qk >= 128:
-        return Tiles(block_m=128, block_n=32, num_stages=1 if dim_qk > 128 else 2, threads=256)
-    return Tiles(block_m=128, block_n=64, num_stages=2, threads=256)
+    return Tiles(block_m=128, block_n=32, num_stages=1 if dim_qk > 128 else 2, threads=256)
 
 
 PREPROCESS_BLOCK = 64  # tokens per Delta program
