@@ -163,5 +163,5 @@ BENCH_CONFIGS = {
 CODEGEN_CASES = [
     BENCH_CONFIGS["seed-gqa-192-128-causal"],
     AttentionCase(8, 8, 128, 128, causal=False, dtype="bfloat16"),
-    BENCH_CONFIGS["gqa8-64-causal-bf16"],  # head dim 64: other tiles
+    BENCH_CONFIGS["gqa8-64-causal-bf16"],  # head dim 64
 ]
