@@ -61,10 +61,10 @@ def _tile_conversions(direction: str, n: int, dtype: str, cfg: LaunchConfig) -> 
 
 
 def _row_load(variant: str, cfg: LaunchConfig) -> str:
-    """The SASS of a 16-byte x/dy load: a cp.async copy into shared memory where the fused
-    backward pipelines its row blocks, else a load into registers. (A pipelined kernel still
+    """The SASS of a 16-byte x/dy load: a cp.async copy into shared memory where a backward
+    pipelines its loop (num_stages > 1), else a load into registers. (A pipelined kernel still
     loads the weight with LDG.E.128, so that alone would not show the rows kept their width.)"""
-    return "LDGSTS.E.BYPASS.128" if variant == "fused" and cfg.num_stages > 1 else "LDG.E.128"
+    return "LDGSTS.E.BYPASS.128" if cfg.num_stages > 1 else "LDG.E.128"
 
 
 def _opcodes(code: str) -> list[str]:
@@ -147,6 +147,18 @@ def test_pipelined_fused_backward_loads_ahead_through_shared_memory(dtype):
         code, usage, _ = _compiled("fused", "bwd", 4096, 8192, dtype, cfg)
         assert ("LDGSTS.E.BYPASS.128" in code) == async_copies, f"num_stages={stages}"
         _assert_no_spills(code, usage, f"num_stages={stages}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n", [6144, 16384, 32768])
+def test_two_pass_backward_loads_chunks_ahead_where_a_row_takes_four(n, dtype):
+    # The heuristic pipelines the chunk loops of a row of four chunks or more: its x and dy loads
+    # become 16-byte cp.async copies, two chunks ahead, without spills; shorter rows load plainly.
+    code, usage, cfg = _compiled("two_pass", "bwd", 8192, n, dtype)
+    pipelined = n >= 16384  # 6144: two chunks of 4096 (fp32), three of 2048 (16-bit)
+    assert cfg.num_stages == (3 if pipelined else 1)
+    assert ("LDGSTS.E.BYPASS.128" in code) == pipelined, str(cfg)
+    _assert_no_spills(code, usage, str(cfg))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -98,8 +98,9 @@ def test_candidates_are_sensible(variant, direction, dtype, n):
             assert c.programs_per_sm * c.num_warps <= MAX_RESIDENT_WARPS
     if direction == "bwd":
         assert len({c.programs_per_sm for c in configs}) >= 2, "the persistent grid size is part of the backward space"
-    # Only the fused backward pipelines its loads; elsewhere num_stages would be ignored.
-    pipelined = variant == "fused" and direction == "bwd"
+    # Only the backwards pipeline their loads (in the forwards num_stages would be ignored); two_pass
+    # only past the benchmark's widths (below).
+    pipelined = direction == "bwd" and variant == "fused"
     assert ({c.num_stages for c in configs} != {1}) == pipelined
     assert {c.balanced_grid for c in configs} == {False}, "a refinement of the leaders, not a candidate"
     assert {c.prefetch_per_sm for c in configs} == {0}, "a refinement of the leaders, not a candidate"
@@ -177,9 +178,11 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
 # Recorded sweeps, reduced to each key's three best configurations and the heuristic's: every key on
 # the H100 (the forward timed storing its statistics, then as inference like the suite's fwd case),
 # 4096x5000's forward on the H100 with the fused space widened to 80 values a thread, the fused
-# backward on the H200 (single reduction, then the balanced grid), and every key of the model widths
+# backward on the H200 (single reduction, then the balanced grid), every key of the model widths
 # (8192 rows, N from 768 to 32768, none of them benchmark keys) on the H200, where no fused backward
-# configuration at 16384 compiled without spilling; with the keys each holds.
+# configuration at 16384 compiled without spilling, and the two_pass backward at 6144-32768 on the
+# H200 with its chunk loops pipelined (those keys' five best and the heuristic's; the model widths'
+# sweep, made before, holds two_pass backwards up to 6144 only); with the keys each holds.
 RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
 SWEEP_KEYS = {
     "h100-every-key": 48,
@@ -187,7 +190,8 @@ SWEEP_KEYS = {
     "h100-4096x5000-wider-fused-space": 6,
     "h200-fused-backward-single-reduction": 12,
     "h200-fused-backward-balanced-grid": 12,
-    "h200-model-widths": 75,
+    "h200-model-widths": 69,
+    "h200-two-pass-backward-stages": 9,
 }
 
 
@@ -216,6 +220,16 @@ def test_untuned_configs_are_near_the_best_of_recorded_sweeps(sweep):
         heuristic = heuristic_config(key.variant, key.direction, DTYPES[key.dtype], key.n)
         assert heuristic in ranked, f"{key.name}: the heuristic configuration was not measured in this sweep"
         assert ranked[heuristic] <= 1.13 * min(ranked.values()), key.name
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n", [16384, 32768])
+def test_wide_two_pass_backward_sweeps_pipelined_chunk_loops(n, dtype):
+    configs = candidates("two_pass", "bwd", DTYPES[dtype], n)
+    assert heuristic_config("two_pass", "bwd", DTYPES[dtype], n) in configs
+    assert {c.num_stages for c in configs} == {1, 3}
+    # A row of fewer than four chunks has no loads to issue two chunks ahead.
+    assert all(c.num_stages == 1 for c in configs if -(-n // c.block_n) < 4)
 
 
 def _m(case, cfg, ms):

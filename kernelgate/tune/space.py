@@ -27,8 +27,10 @@ import itertools
 import torch
 
 from kernelgate.kernels.layer_norm.config import (
+    FUSED_BWD_REGISTER_LANES,
     FUSED_MAX_N,
     LaunchConfig,
+    cdiv,
     fused_tail_n,
     heuristic_config,
     next_power_of_2,
@@ -39,9 +41,11 @@ WARPS = (1, 2, 4, 8, 16)
 ROWS = (1, 2, 4, 8, 16)
 TWO_PASS_BLOCK_N = (256, 512, 1024, 2048, 4096, 8192)
 PROGRAMS_PER_SM = (1, 2, 4, 8)
-# Triton's loop pipeliner keeps num_stages - 1 row blocks in flight. 2 was slower than 1 for
-# every 16-bit key on an H200, so it is not swept.
+# Triton's loop pipeliner keeps num_stages - 1 row blocks (fused) or chunks (two_pass) in flight.
+# On an H200 2 was slower than 1 for every 16-bit fused key, and for two_pass at widths 6144-32768
+# but one (0.92-0.95x; 16-bit 32768 1.05x, where 3 ran 1.26x), so it is not swept.
 FUSED_BWD_STAGES = (1, 3, 4)
+TWO_PASS_BWD_STAGES = (1, 3)
 MAX_RESIDENT_WARPS = 64  # per SM on sm_80 and sm_90
 
 # Per thread and per tensor, counted in fp32 (the kernels compute in fp32): 32
@@ -84,6 +88,15 @@ def _pieces(variant: str, n: int, rows: int, block_n: int) -> list[int]:
     return [rows * block_n] + ([rows * tail] if tail else [])
 
 
+def _backward_stages(variant: str, n: int, block_n: int) -> tuple[int, ...]:
+    """The pipeline depths a backward tile is swept at. two_pass pipelines rows of four chunks or more
+    past FUSED_BWD_REGISTER_LANES, where it is auto's backward: at two and three chunks (6144 on an
+    H200) it gained nothing, and sweeping narrower rows would take the default sweep past ten minutes."""
+    if variant == "fused":
+        return FUSED_BWD_STAGES
+    return TWO_PASS_BWD_STAGES if n > FUSED_BWD_REGISTER_LANES and cdiv(n, block_n) >= 4 else (1,)
+
+
 def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list[LaunchConfig]:
     """Every configuration to try for one key, the heuristic one included (so a
     tuned entry is never slower than the default it replaces, as measured)."""
@@ -101,12 +114,11 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
         if _fits(_pieces(variant, n, rows, block_n), warps, variant, direction, dtype.itemsize)
     ]
     if direction == "bwd":
-        stages = FUSED_BWD_STAGES if variant == "fused" else (1,)
         tiles = [
             LaunchConfig(t.block_m, t.block_n, t.num_warps, programs, num_stages)
             for t in tiles
             for programs in PROGRAMS_PER_SM
-            for num_stages in stages
+            for num_stages in _backward_stages(variant, n, t.block_n)
             if programs * t.num_warps <= MAX_RESIDENT_WARPS
         ]
     if variant == "fused":

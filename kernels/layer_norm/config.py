@@ -43,8 +43,8 @@ class LaunchConfig:
     block_n: int  # two_pass: the chunk; fused: the row's tile, or its first piece (fused_tail_n)
     num_warps: int
     programs_per_sm: int = 2  # backward only: persistent grid size
-    # Fused backward only: 1 loads each row block when it is reached; n > 1 issues the
-    # loads n - 1 blocks ahead, through shared memory, so they overlap the row reductions.
+    # Backward only: 1 loads each row block (fused) or chunk (two_pass) when it is reached; n > 1
+    # issues the loads n - 1 ahead, through shared memory, so they overlap the reductions.
     num_stages: int = 1
     # Fused forward only: load w and b with x, so their latency overlaps x's rather than following
     # the statistics (more registers held through the reductions).
@@ -158,10 +158,11 @@ def two_pass_block_n(n: int, element_bytes: int, cap: int, floor: int) -> int:
 
 def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -> LaunchConfig:
     """The configuration of a key the tuned table lacks: another GPU class, or another N. Chosen
-    from recorded sweeps (the H100's of every key, the H200's fused backward and the H200's of every
-    key at the model widths, 768 to 32768), among whose configurations it is within 1.13x of each
-    key's best (tests/fixtures/recorded_sweeps.json); at the model widths within 1.10x but for fp16
-    fused forward 768 (1.11x: it shares 1024's tile, which the H100 sweeps hold to)."""
+    from recorded sweeps (the H100's of every key, the H200's fused backward, the H200's of every
+    key at the model widths, 768 to 32768, and its two_pass backward's stages), among whose
+    configurations it is within 1.13x of each key's best (tests/fixtures/recorded_sweeps.json); at the
+    model widths within 1.10x but for fp16 fused forward 768 (1.11x: it shares 1024's tile, which the
+    H100 sweeps hold to)."""
     size = dtype.itemsize
     if variant == "two_pass":
         if direction == "fwd":  # chunks up to 8192, rows packed to 2048 elements and two while a chunk is under 8 KiB
@@ -170,10 +171,13 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
             return LaunchConfig(block_m, block_n, _warps_for(block_m * block_n, 32))
         # Two rows a step of chunks up to 4096 (from 512: at most 8 programs per SM); x, dy, xhat and the
         # dw/db sums live at once: 16 elements a thread. fp32 rows past 8192: 8 rows of 1024 (16384 and
-        # 32768 1.01-1.03x the best on an H200, 2 rows of 4096 1.06x and 1.21x).
+        # 32768 unpipelined 1.01-1.03x the best on an H200, 2 rows of 4096 1.06x and 1.21x). A row of four
+        # chunks or more loads two chunks ahead (3 stages): on an H200 16-bit 16384 and 32768 ran
+        # 1.19-1.26x faster, fp32 1.06-1.08x; at three chunks (16-bit 6144) within 2% either way.
         block_m, block_n = (8, 1024) if size == 4 and n > 8192 else (2, two_pass_block_n(n, size, 4096, 512))
         warps = _warps_for(block_m * block_n, 16)
-        return LaunchConfig(block_m, block_n, warps, programs_per_sm=max(1, 16 // warps))
+        stages = 3 if cdiv(n, block_n) >= 4 else 1
+        return LaunchConfig(block_m, block_n, warps, programs_per_sm=max(1, 16 // warps), num_stages=stages)
     block_n, lanes = fused_block_n(direction, n), fused_lanes(direction, n)
     # Short rows: pack several per program, to 4096 elements forward, 8 rows backward.
     block_m = prev_power_of_2(min(16 if direction == "fwd" else 8, 4096 // lanes))

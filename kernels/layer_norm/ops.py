@@ -228,7 +228,7 @@ def backward_launch(
     partial = _partial_sums(variant, programs, x2, weight, bias)
     vec = vector_width(n, x2, dy2, dx, weight)
     prefetch, prefetch_rows = _l2_prefetch(cfg, x2, vec)
-    fused_only = dict(TAIL_N=fused_tail_n(n, cfg.block_n), NUM_STAGES=cfg.num_stages,
+    fused_only = dict(TAIL_N=fused_tail_n(n, cfg.block_n),
                       SINGLE_REDUCTION=cfg.single_reduction, PREFETCH=prefetch,
                       ) if variant == "fused" else {}  # fmt: skip
     launch = Launch(
@@ -237,7 +237,7 @@ def backward_launch(
         args=(*_backward_args(dy2, x2, weight, mean, rstd, dx, partial),
               *((prefetch_rows,) if variant == "fused" else ())),
         constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec,
+                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec, NUM_STAGES=cfg.num_stages,
                         **fused_only),
         num_warps=cfg.num_warps,
     )  # fmt: skip

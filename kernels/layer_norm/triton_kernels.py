@@ -432,6 +432,7 @@ def two_pass_bwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     VEC: tl.constexpr,
+    NUM_STAGES: tl.constexpr,  # > 1: the next chunks' x and dy load (cp.async) during this one's math
 ):
     N, stride_x = _aligned(N, VEC), _aligned(stride_x, VEC)
     stride_dy, stride_dx = _aligned(stride_dy, VEC), _aligned(stride_dx, VEC)
@@ -450,7 +451,7 @@ def two_pass_bwd_kernel(
         # Pass 1: the two row reductions c1 and c2.
         sum_xhat_g = tl.zeros([BLOCK_M], dtype=tl.float32)
         sum_g = tl.zeros([BLOCK_M], dtype=tl.float32)
-        for start in range(0, N, BLOCK_N):
+        for start in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
             col_ok = start + cols < N
             mask = row_ok[:, None] & col_ok[None, :]
             x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -464,7 +465,7 @@ def two_pass_bwd_kernel(
         c2 = _div(sum_g, N)
 
         # Pass 2: dx, and this block's share of dw and db.
-        for start in range(0, N, BLOCK_N):
+        for start in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
             col_ok = start + cols < N
             mask = row_ok[:, None] & col_ok[None, :]
             x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
