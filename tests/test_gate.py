@@ -1120,9 +1120,10 @@ def test_bench_selection_still_fails_closed(gate):
 # --- the noise of identical-code checks ---------------------------------------------------------
 
 
-def _aa_check(folder: Path, gpu_class: str, ratios: dict[str, float], limit: str = "≤ +4%") -> Path:
+def _aa_check(folder: Path, gpu_class: str, ratios: dict[str, float], limit: str = "≤ +4%", base_date: int = 0) -> Path:
     (folder / "gate").mkdir(parents=True)
-    (folder / "manifest.json").write_text(json.dumps({"machine": {"gpu_class": gpu_class}}))
+    manifest = {"machine": {"gpu_class": gpu_class}, "dates": {"base": base_date}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
     findings = [{"check": "slowdown", "benchmark": "bench.T.time_x", "case": case, "ratio": ratio, "limit": limit}
                 for case, ratio in ratios.items()]  # fmt: skip
     findings.append({"check": "floor", "benchmark": "bench.T.track_y", "case": "a", "ratio": 3.0, "limit": "≥ 1.1"})
@@ -1179,6 +1180,17 @@ def test_noise_replays_the_gate_on_each_pair_of_checks(tmp_path, capsys, near_mi
     (tmp_path / "thresholds.toml").write_text(f"[defaults]\nnear_miss = {near_miss}\n")
     assert noise.main([*map(str, checks), "--thresholds", str(tmp_path / "thresholds.toml")]) == 0
     assert f"{red_pairs} of 6 pairs red" in capsys.readouterr().out
+
+
+def test_noise_judges_by_the_limits_of_the_newest_base_whatever_the_order(tmp_path, capsys):
+    # Two checks made under a 4% limit, then one whose base raised it to 6%: 1.045x and 1.042x are red
+    # pairs under 4%, not under 6%, however the folders are listed.
+    older = [_aa_check(tmp_path / f"old{i}", "H200", {"a": r}, base_date=1) for i, r in enumerate([1.045, 1.042])]
+    newer = _aa_check(tmp_path / "new", "H200", {"a": 1.0}, limit="≤ +6%", base_date=2)
+    for folders in ([*older, newer], [newer, *older]):
+        assert [c.limit for c in noise.case_noise(folders)[1]] == [0.06]
+        assert noise.replay(folders, 0.01).red == ()
+    assert len(noise.replay(older, 0.01).red) == 2
 
 
 def test_noise_reads_a_re_measured_finding_as_first_read(tmp_path):

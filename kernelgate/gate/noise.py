@@ -12,7 +12,8 @@ slowdown smaller than the limit goes unseen. Both are reasons to give a case its
 
 It then replays the gate on them: each check's first readings, re-measured by every other check's
 (independent process pairs on the same GPU class), judged with the thresholds' ``near_miss`` and
-each case's limit in the last check given. A red pair is a false red the gate could give.
+each case's limit as the check of the newest base commit was judged (a check reads its thresholds
+from its base). A red pair is a false red the gate could give.
 """
 
 import argparse
@@ -50,11 +51,13 @@ class CaseNoise:
         return math.log1p(self.limit) / self.spread if self.spread > 0 else math.inf
 
 
-def read_check(folder: Path) -> tuple[str, dict[tuple[str, str], tuple[float, float]]]:
-    """The GPU class and {(benchmark, case): (head/base, limit)} of one check's slowdown findings, each
-    as first read (a re-measured finding keeps its first reading in ``first``)."""
+def read_check(folder: Path) -> tuple[str, dict[tuple[str, str], tuple[float, float]], int]:
+    """The GPU class, {(benchmark, case): (head/base, limit)} of one check's slowdown findings, each
+    as first read (a re-measured finding keeps its first reading in ``first``), and its base commit's
+    date (0 where the manifest lacks it)."""
     try:
-        machine = json.loads((folder / "manifest.json").read_text())["machine"]
+        manifest = json.loads((folder / "manifest.json").read_text())
+        machine, base_date = manifest["machine"], int(manifest.get("dates", {}).get("base", 0))
         findings = json.loads((folder / "gate" / "verdict.json").read_text())["findings"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise NoiseError(f"{folder}: not a PR check's output folder ({exc})") from exc
@@ -66,18 +69,19 @@ def read_check(folder: Path) -> tuple[str, dict[tuple[str, str], tuple[float, fl
             ratios[f["benchmark"], f["case"]] = (first, float(limit[1]) / 100)
     if not ratios:
         raise NoiseError(f"{folder}: its verdict judged no slowdown (did the check measure anything?)")
-    return machine.get("gpu_class", "?"), ratios
+    return machine.get("gpu_class", "?"), ratios, base_date
 
 
 def read_checks(folders: list[Path]) -> tuple[str, list[dict[tuple[str, str], tuple[float, float]]]]:
-    """The GPU class and each check's slowdown readings (``read_check``)."""
+    """The GPU class and each check's slowdown readings (``read_check``), the check of the newest base
+    commit last: the limits it was judged by are the current ones, and the last check's limits judge."""
     if len(folders) < 2:
         raise NoiseError("a spread needs at least two checks")
-    checks = [read_check(folder) for folder in folders]
-    classes = {gpu for gpu, _ in checks}
+    checks = sorted((read_check(folder) for folder in folders), key=lambda check: check[2])
+    classes = {gpu for gpu, _, _ in checks}
     if len(classes) > 1:
         raise NoiseError(f"the checks ran on several GPU classes ({', '.join(sorted(classes))}): one at a time")
-    return classes.pop(), [ratios for _, ratios in checks]
+    return classes.pop(), [ratios for _, ratios, _ in checks]
 
 
 def case_noise(folders: list[Path]) -> tuple[str, list[CaseNoise]]:
