@@ -1,9 +1,10 @@
-"""The PR check's workflow (gpu-pr.yml) rehearsed without GitHub and without a GPU: its own shell
-steps and its github-script, as written in the file, against a local origin that carries pull
-requests' refs. GitHub's parts are stood in for: a checkout is a clone, an artifact is a folder,
-and `gh` and the REST client are fakes that record their calls. `nox` runs with --no-venv (the
-sessions then need no download). The GPU job's step is not run: with no report from it, the
-verdict must be red."""
+"""The workflows rehearsed without GitHub and without a GPU: the PR check's (gpu-pr.yml) shell steps
+and github-script, and main's step that keeps results on the history branch (main.yml), as written
+in the files, against a local origin that carries pull requests' refs and the `asv-results` branch.
+GitHub's parts are stood in for: a checkout is a clone, an artifact is a folder, `gh` and the REST
+client are fakes that record their calls, and `python3` is a bare interpreter (no site-packages) as
+on a GitHub-hosted runner. `nox` runs with --no-venv (the sessions then need no download). The GPU
+job's step is not run: with no report from it, the verdict must be red."""
 
 import json
 import os
@@ -16,7 +17,11 @@ import pytest
 from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKFLOW = YAML(typ="safe").load((ROOT / ".github" / "workflows" / "gpu-pr.yml").read_text())
+JOBS = {
+    name: job
+    for workflow in ("gpu-pr.yml", "main.yml")
+    for name, job in YAML(typ="safe").load((ROOT / ".github" / "workflows" / workflow).read_text())["jobs"].items()
+}
 REPO = "octo/kernels"
 DOCS_PR, KERNEL_PR = 7, 8
 MARKER = "<!-- perf-gate-report -->"
@@ -32,9 +37,10 @@ case "$*" in
 esac
 """
 
-NOX = """#!/usr/bin/env bash
-exec "{python}" -m nox --no-venv "$@"
-"""
+SHIMS = {
+    "nox": f'#!/usr/bin/env bash\nexec "{sys.executable}" -m nox --no-venv "$@"\n',
+    "python3": f'#!/usr/bin/env bash\nexec "{getattr(sys, "_base_executable", sys.executable)}" -S "$@"\n',
+}
 
 # actions/github-script runs its script as the body of an async function; this one is given the
 # arguments the workflow's script uses, and a REST client that records its calls.
@@ -73,15 +79,16 @@ def git(cwd: Path, *argv: str) -> str:
 
 
 def step(job: str, key: str) -> dict:
-    """A step of ``job`` by its id or name."""
-    found = [s for s in WORKFLOW["jobs"][job]["steps"] if key in (s.get("id"), s.get("name"))]
-    assert len(found) == 1, f"gpu-pr.yml's {job} job has no single step {key!r}"
+    """A step of ``job`` (of either workflow: their job names differ) by its id or name."""
+    found = [s for s in JOBS[job]["steps"] if key in (s.get("id"), s.get("name"))]
+    assert len(found) == 1, f"the {job} job has no single step {key!r}"
     return found[0]
 
 
 class Rehearsal:
     """A local origin with two pull requests against main (a documentation change and a kernel
-    change), each with GitHub's refs/pull/N/head and refs/pull/N/merge, and the fakes."""
+    change), each with GitHub's refs/pull/N/head and refs/pull/N/merge, an empty `asv-results`
+    branch, and the fakes."""
 
     def __init__(self, tmp: Path):
         self.tmp = tmp
@@ -99,6 +106,9 @@ class Rehearsal:
             DOCS_PR: self._pull_request(work, DOCS_PR, "docs/guide.md", "A new page.\n"),
             KERNEL_PR: self._pull_request(work, KERNEL_PR, "kernels/layer_norm/ops.py", "\n# a comment\n"),
         }
+        git(work, "switch", "-q", "--orphan", "asv-results")  # as main.yml tells a maintainer to make it
+        git(work, "commit", "-q", "--allow-empty", "-m", "asv results")
+        git(work, "switch", "-q", "main")
         self.origin = tmp / "origin.git"
         git(tmp, "clone", "-q", "--bare", str(work), str(self.origin))
         for pr in self.heads:
@@ -107,7 +117,7 @@ class Rehearsal:
         self.fakes = tmp / "fakes"
         self.bin = tmp / "bin"
         self.bin.mkdir()
-        for name, text in {"gh": FAKE_GH, "nox": NOX.format(python=sys.executable)}.items():
+        for name, text in {"gh": FAKE_GH, **SHIMS}.items():
             (self.bin / name).write_text(text)
             (self.bin / name).chmod(0o755)
         self.harness = tmp / "github-script.js"
@@ -127,10 +137,10 @@ class Rehearsal:
         git(work, "checkout", "-q", "main")
         return head
 
-    def checkout(self, name: str) -> Path:
-        """actions/checkout of main, with fetch-depth 0."""
+    def checkout(self, name: str, ref: str = "main") -> Path:
+        """actions/checkout of ``ref``, with fetch-depth 0."""
         tree = self.tmp / name
-        git(self.tmp, "clone", "-q", str(self.origin), str(tree))
+        git(self.tmp, "clone", "-q", "-b", ref, str(self.origin), str(tree))
         return tree
 
     def github_api(self, head: str, labels: str = "") -> None:
@@ -308,3 +318,36 @@ def test_a_head_pushed_after_approval_is_not_checked(rehearsal):
     for bad in ({"SHA": approved[:12]}, {"SHARDS": "0"}):
         done, _ = rehearsal.run("approve", "check", rehearsal.approve_tree, {**env, **bad})
         assert done.returncode != 0 and "::error::" in done.stdout
+
+
+def test_main_keeps_checked_result_files_on_the_history_branch(rehearsal):
+    """main.yml's persist job: the checker from main, the history branch with push rights, the
+    benchmark job's artifact of result files."""
+    workspace = rehearsal.tmp / "persist"
+    workspace.mkdir()
+    git(workspace, "clone", "-q", str(rehearsal.origin), "trusted")
+    git(workspace, "clone", "-q", "-b", "asv-results", str(rehearsal.origin), "history")
+    results = rehearsal.tmp / "runner-temp" / "results"
+    (results / "h200-host").mkdir(parents=True)
+    (results / "benchmarks.json").write_text(json.dumps({"version": 2}))
+    (results / "h200-host" / "machine.json").write_text(json.dumps({"version": 1, "machine": "h200-host"}))
+    result = {"version": 2, "commit_hash": "b" * 40, "params": {}, "results": {}}
+    (results / "h200-host" / "bbbbbbbb-existing-py_python3.json").write_text(json.dumps(result))
+    key = "Copy the checked result files, commit, push (fast-forward only)"
+    env = {"RESULTS": str(results), "HISTORY": str(workspace / "history")}
+    runner = {"GITHUB_SHA": "b" * 40}
+
+    done, _ = rehearsal.run("persist", key, workspace, env, runner)
+    assert done.returncode == 0, done.stdout + done.stderr
+    kept = git(rehearsal.origin, "ls-tree", "-r", "--name-only", "asv-results").splitlines()
+    assert kept == ["benchmarks.json", "h200-host/bbbbbbbb-existing-py_python3.json", "h200-host/machine.json"]
+    assert git(rehearsal.origin, "log", "-1", "--format=%s", "asv-results") == f"asv results for {'b' * 40}"
+
+    done, _ = rehearsal.run("persist", key, workspace, env, runner)
+    assert done.returncode == 0 and "no new results" in done.stdout, "the same files again: nothing to push"
+
+    (results / "h200-host" / "notes.txt").write_text("not a result")
+    tip = git(rehearsal.origin, "rev-parse", "asv-results")
+    done, _ = rehearsal.run("persist", key, workspace, env, runner)
+    assert done.returncode != 0 and "notes.txt" in done.stdout + done.stderr
+    assert git(rehearsal.origin, "rev-parse", "asv-results") == tip, "a rejected artifact pushes nothing"
