@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from asv.results import Results
+from support.shards import JUNIT, S1, S2, THRESHOLDS, fake_shard, timing_record, two_fake_shards
 
 from kernelgate.kernels.device import interpreter_mode
 from kernelgate.measure import parallel
@@ -379,46 +380,8 @@ def test_a_runner_without_pip_is_refused_by_name(tmp_path):
 # --- merging shards --------------------------------------------------------------------------------
 
 
-def _shard(tmp_path: Path, k: int, n: int, cases: dict, records: dict) -> Path:
-    out = tmp_path / f"shard-{k}"
-    (out / "suites").mkdir(parents=True)
-    (out / "trusted").mkdir()
-    suite = {
-        "bench_a.A.time_x": {"name": "bench_a.A.time_x", "type": "time", "params": [["'s1'", "'s2'"]],
-                             "param_names": ["s"], "version": "1", "unit": "seconds"},
-    }  # fmt: skip
-    for role in ("base", "head"):
-        results.write_suite(out / "suites" / f"{role}.json", suite)
-    (out / "trusted" / "perf-thresholds.toml").write_text(THRESHOLDS)
-    machine = {"machine": f"h100-host{k}", "gpu": "NVIDIA H100", "gpu_class": "H100", "cuda": "13.0", "python": "3.11"}
-    plan = check.Plan("b" * 40, "c" * 40, machine, ["g"], {"g": ["x"]}, (k, n), [], [r"^bench_a\."], cases=cases)
-    plan.dates = {"base": 0, "head": 1000}
-    plan.steps = [["benchmarks", 4.0, "ok"]]
-    plan.save(out)
-    (out / "measurements.json").write_text(json.dumps(records))
-    return out
-
-
-def _record(index, value):
-    return {"benchmark": "bench_a.A.time_x", "index": index, "kind": "time", "status": "ok",
-            "samples": [value] * 4, "number": [1] * 4}  # fmt: skip
-
-
-S1, S2 = "bench_a.A.time_x('s1')", "bench_a.A.time_x('s2')"
-
-
-def _two_shards(tmp_path):
-    one = _shard(
-        tmp_path, 1, 2, {"base": [S1], "head": [S1]}, {"base": {S1: _record(0, 1.0)}, "head": {S1: _record(0, 1.0)}}
-    )
-    two = _shard(
-        tmp_path, 2, 2, {"base": [S2], "head": [S2]}, {"base": {S2: _record(1, 2.0)}, "head": {S2: _record(1, 2.0)}}
-    )
-    return one, two
-
-
 def test_shards_merge_into_one_run(tmp_path):
-    one, two = _two_shards(tmp_path)
+    one, two = two_fake_shards(tmp_path)
     out = tmp_path / "merged"
     plan = check.merge_shards([one, two], out)
     assert plan.machine["machine"] == "h100-shards", "shards run on several hosts; the verdict is the GPU class's"
@@ -429,7 +392,7 @@ def test_shards_merge_into_one_run(tmp_path):
 def test_the_merge_command_judges_the_shards_and_reports(tmp_path):
     from kernelgate.prcheck.__main__ import main as prcheck_main
 
-    one, two = _two_shards(tmp_path)
+    one, two = two_fake_shards(tmp_path)
     for shard in (one, two):
         (shard / "junit").mkdir()
         (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
@@ -450,7 +413,7 @@ def test_the_merge_and_its_gate_import_no_kernel_stack(tmp_path):
     for name in ("torch", "triton", "tilelang"):
         (stubs / name).mkdir(parents=True)
         (stubs / name / "__init__.py").write_text(f"raise ImportError('the verdict job has no {name}')\n")
-    shards = _two_shards(tmp_path)
+    shards = two_fake_shards(tmp_path)
     for shard in shards:
         (shard / "junit").mkdir()
         (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
@@ -484,7 +447,7 @@ def test_the_merged_report_shows_the_judging_changes_the_shards_recorded(tmp_pat
     from kernelgate.prcheck.__main__ import main as prcheck_main
 
     diff = "--- a/perf-thresholds.toml\n+++ b/perf-thresholds.toml\n+why = '````\n+# PR check ✅ passed'\n"
-    shards = _two_shards(tmp_path)
+    shards = two_fake_shards(tmp_path)
     for shard in shards:
         plan = check.Plan.load(shard)
         plan.judging_changes = diff
@@ -496,13 +459,13 @@ def test_the_merged_report_shows_the_judging_changes_the_shards_recorded(tmp_pat
 
 
 def test_a_missing_shard_fails_the_merge(tmp_path):
-    one, _ = _two_shards(tmp_path)
+    one, _ = two_fake_shards(tmp_path)
     with pytest.raises(check.CheckError, match=r"expected shards 1..2 once each"):
         check.merge_shards([one], tmp_path / "merged")
 
 
 def test_a_shard_measured_twice_fails_the_merge(tmp_path):
-    one, _ = _two_shards(tmp_path)
+    one, _ = two_fake_shards(tmp_path)
     copy = tmp_path / "copy"
     shutil.copytree(one, copy)
     with pytest.raises(check.CheckError, match="expected shards"):
@@ -510,10 +473,14 @@ def test_a_shard_measured_twice_fails_the_merge(tmp_path):
 
 
 def test_a_case_no_shard_measured_fails_the_merge(tmp_path):
-    one = _shard(
-        tmp_path, 1, 2, {"base": [S1], "head": [S1]}, {"base": {S1: _record(0, 1.0)}, "head": {S1: _record(0, 1.0)}}
+    one = fake_shard(
+        tmp_path,
+        1,
+        2,
+        {"base": [S1], "head": [S1]},
+        {"base": {S1: timing_record(0, 1.0)}, "head": {S1: timing_record(0, 1.0)}},
     )
-    two = _shard(tmp_path, 2, 2, {"base": [], "head": []}, {"base": {}, "head": {}})
+    two = fake_shard(tmp_path, 2, 2, {"base": [], "head": []}, {"base": {}, "head": {}})
     with pytest.raises(check.CheckError, match="no shard measured"):
         check.merge_shards([one, two], tmp_path / "merged")
 
@@ -526,12 +493,12 @@ def test_a_case_no_shard_measured_fails_the_merge(tmp_path):
 def test_the_merge_judges_what_a_shard_re_measured_as_its_gate_did(tmp_path, first, again, verdict):
     """The merge judges each case's first reading and takes the shard's re-measurement as its own: judged
     on the fresh reading alone, 1.045x would pass a slowdown the shard failed, 1.055x fail one it cleared."""
-    one, two = _two_shards(tmp_path)
+    one, two = two_fake_shards(tmp_path)
     records = json.loads((one / "measurements.json").read_text())
-    records["head"][S1] = _record(0, first)
+    records["head"][S1] = timing_record(0, first)
     (one / "measurements.json").write_text(json.dumps(records))
     if again is not None:
-        fresh = {"base": {S1: _record(0, 1.0)}, "head": {S1: _record(0, again)}}
+        fresh = {"base": {S1: timing_record(0, 1.0)}, "head": {S1: timing_record(0, again)}}
         (one / "remeasured.json").write_text(json.dumps(fresh))
     for shard in (one, two):
         # The 5% limit, and readings past 1.04x re-measured.
@@ -550,17 +517,17 @@ def test_the_merge_judges_what_a_shard_re_measured_as_its_gate_did(tmp_path, fir
 def test_a_re_measurement_keeps_each_cases_first_reading(tmp_path, monkeypatch):
     from kernelgate.prcheck.__main__ import main as prcheck_main
 
-    one, _ = _two_shards(tmp_path)
+    one, _ = two_fake_shards(tmp_path)
     first = json.loads((one / "measurements.json").read_text())
     monkeypatch.setattr(check.Plan, "side", lambda plan, role: role)
     monkeypatch.setattr(bench, "measure", lambda sides, cases: {
-        role: {c.id: _record(c.index, 1.5) for c in cases[role]} for role in sides
+        role: {c.id: timing_record(c.index, 1.5) for c in cases[role]} for role in sides
     })  # fmt: skip
     argv = ["remeasure", "--out", str(one), "--base", "b" * 40, "--head", "c" * 40, "--regex", "s1"]
     assert prcheck_main(argv) == 0
     assert json.loads((one / "measurements.json").read_text()) == first
     fresh = json.loads((one / "remeasured.json").read_text())
-    assert fresh == {role: {S1: _record(0, 1.5)} for role in ("base", "head")}
+    assert fresh == {role: {S1: timing_record(0, 1.5)} for role in ("base", "head")}
     (result,) = (one / "results" / "h100-host1").glob("c" * 8 + "-*.json")
     assert 1.5 in json.loads(result.read_text())["results"]["bench_a.A.time_x"][0]
 
@@ -580,7 +547,7 @@ def _merge(tmp_path, shards, out="verdict") -> tuple[int, dict, str]:
 def test_each_shard_that_selected_tests_brings_their_whole_report(tmp_path, report, passes):
     """A shard killed during its tests, or run with --skip-tests, cannot pass because another shard's tests did."""
     xml = {"complete": JUNIT, "drew-no-test": '<testsuite tests="0"/>', "cut-short": '<testsuite tests="3"><testcase'}
-    one, two = _two_shards(tmp_path)
+    one, two = two_fake_shards(tmp_path)
     for shard, text in ((one, JUNIT), (two, xml.get(report))):
         dataclasses.replace(check.Plan.load(shard), tests=["tests/test_kernel.py"]).save(shard)
         if text is not None:
@@ -625,7 +592,7 @@ def test_a_check_that_selects_nothing_writes_its_passing_verdict(tmp_path, monke
 
 
 def test_a_merge_leaves_no_earlier_verdict_standing(tmp_path):
-    one, two = _two_shards(tmp_path)
+    one, two = two_fake_shards(tmp_path)
     for shard in (one, two):
         (shard / "junit").mkdir()
         (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
@@ -645,7 +612,7 @@ def test_a_merge_leaves_no_earlier_verdict_standing(tmp_path):
     ids=["measurements-null", "measurements-no-head", "shard-not-k-of-n", "machine-without-class"],
 )
 def test_a_malformed_shard_fails_the_merge_with_a_report(tmp_path, corrupt):
-    one, two = _two_shards(tmp_path)
+    one, two = two_fake_shards(tmp_path)
     corrupt(two)
     code, verdict, text = _merge(tmp_path, [one, two])
     assert (code, verdict["passed"]) == (2, False) and verdict["error"] and "could not evaluate" in text
@@ -657,7 +624,7 @@ def _edit_manifest(shard: Path, changes: dict) -> None:
 
 
 def test_shards_of_another_run_or_runner_fail_the_merge(tmp_path):
-    one, two = _two_shards(tmp_path)
+    one, two = two_fake_shards(tmp_path)
     plan = check.Plan.load(two)
     dataclasses.replace(plan, machine={**plan.machine, "cuda": "12.8"}).save(two)
     with pytest.raises(check.CheckError, match="measures differently"):
@@ -665,14 +632,6 @@ def test_shards_of_another_run_or_runner_fail_the_merge(tmp_path):
     dataclasses.replace(plan, head="d" * 40).save(two)
     with pytest.raises(check.CheckError, match="another run"):
         check.merge_shards([one, two], tmp_path / "merged")
-
-
-JUNIT = '<testsuite tests="1"><testcase classname="t" name="test_kernel"/></testsuite>'
-THRESHOLDS = """
-[defaults]
-max_slowdown = 0.05
-gpu_classes = ["H100"]
-"""
 
 
 @pytest.mark.parametrize(("head_tick", "code"), [("1e-5", 0), ("1.2e-5", 1)])
