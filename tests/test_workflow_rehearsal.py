@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
+from support.shards import JUNIT, two_fake_shards
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = {
@@ -188,8 +189,11 @@ class Rehearsal:
         assert done.returncode == 0, done.stdout + done.stderr
         return {**check, **selected}
 
-    def github_script(self, job: str, key: str, env: dict[str, str], comments: list) -> list[dict]:
-        """A github-script step, run by node in the verdict job's checkout: the REST calls it made."""
+    def github_script(
+        self, job: str, key: str, env: dict[str, str], comments: list, tree: Path | None = None
+    ) -> list[dict]:
+        """A github-script step, run by node in the job's checkout (the verdict job's unless ``tree``):
+        the REST calls it made."""
         spec = step(job, key)
         assert set(env) == set(spec.get("env", {})), f"{key}: the step's env is {sorted(spec.get('env', {}))}"
         script, listed = self.tmp / "script.js", self.tmp / "comments.json"
@@ -197,7 +201,7 @@ class Rehearsal:
         listed.write_text(json.dumps(comments))
         done = subprocess.run(
             [node(), str(self.harness), str(script), str(listed)],
-            cwd=self.verdict_tree, env={**os.environ, "GITHUB_REPOSITORY": REPO, **env},
+            cwd=tree or self.verdict_tree, env={**os.environ, "GITHUB_REPOSITORY": REPO, **env},
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
@@ -298,6 +302,26 @@ def test_a_kernel_change_whose_gpu_job_left_no_report_is_red(rehearsal):
     assert "The check fails closed" in comment["body"]
     done, _ = rehearsal.run("verdict", "Fail when the check did", rehearsal.verdict_tree, {})
     assert done.returncode != 0, "the job fails with the check"
+
+
+def test_a_kernel_change_measured_by_two_shards_is_green(rehearsal):
+    sha = rehearsal.heads[KERNEL_PR]
+    tree = rehearsal.checkout("verdict-of-shards")
+    # download-artifact with a pattern: one folder per shard's artifact, named after it.
+    for k, shard in enumerate(two_fake_shards(rehearsal.tmp / "gpu-jobs"), start=1):
+        (shard / "junit").mkdir()
+        (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
+        shutil.copytree(shard, tree / "shards" / f"pr-check-shard-{k}")
+    done, _ = rehearsal.run("verdict", "judge", tree, {})
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = (tree / "verdict" / "report.md").read_text()
+    assert report.startswith("# PR check ✅ passed") and "The verdict on all 2 shards, merged." in report
+    env = {"OUTCOME": "success", "NOTHING_SELECTED": "false", "PR": str(KERNEL_PR), "SHA": sha}
+    status, comment = status_and_comment(
+        rehearsal.github_script("verdict", "Status and report on the pull request", env, comments=[], tree=tree)
+    )
+    assert (status["sha"], status["state"]) == (sha, "success")
+    assert comment["call"] == "createComment" and "The verdict on all 2 shards, merged." in comment["body"]
 
 
 def test_the_full_suite_label_selects_every_group_for_any_change(rehearsal):
