@@ -3,8 +3,9 @@ and github-script, and main's step that keeps results on the history branch (mai
 in the files, against a local origin that carries pull requests' refs and the `asv-results` branch.
 GitHub's parts are stood in for: a checkout is a clone, an artifact is a folder, `gh` and the REST
 client are fakes that record their calls, and `python3` is a bare interpreter (no site-packages) as
-on a GitHub-hosted runner. `nox` runs with --no-venv (the sessions then need no download). The GPU
-job's step is not run: with no report from it, the verdict must be red."""
+on a GitHub-hosted runner. `nox` runs with --no-venv (the sessions then need no download). No GPU
+work runs: the GPU step's command reaches a runner Python that records its arguments, and the
+shards' folders that job would upload are fakes (tests/support/shards.py)."""
 
 import json
 import os
