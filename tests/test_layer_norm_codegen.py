@@ -98,6 +98,15 @@ def test_auto_kernels_do_not_spill_registers(m, n, dtype, direction):
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n", [16384, 32768])
+def test_auto_kernels_of_wide_rows_do_not_spill_registers(n, dtype, direction):
+    # Past 8192 the rules change with the width: the fused forward's warps, two_pass's backward tile.
+    code, usage, cfg = _compiled(select_variant("auto", direction, DTYPES[dtype], n, None), direction, 8192, n, dtype)
+    _assert_no_spills(code, usage, str(cfg))
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
 @pytest.mark.parametrize("variant", ["fused", "two_pass"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_non_power_of_two_rows_keep_128_bit_access(variant, direction, dtype):

@@ -118,8 +118,10 @@ CORRECTNESS_CASES = [
         (63, 1025, 0.0),
         (63, 2047, 0.0),  # just below / above the two-pass forward chunk
         (63, 2049, 0.0),
-        (9, 16384, 0.0),  # the largest fused row
-        (5, 16385, 0.0),  # just past it: two_pass only
+        (9, 16384, 0.0),
+        (5, 16385, 0.0),  # a fused head of 16384 and a tail of 1
+        (9, 32768, 0.0),  # the largest fused row
+        (5, 32769, 0.0),  # just past it: two_pass only
         (3, 65536, 0.0),  # far larger than one block
         (256, 4096, 1e3),  # large mean
         (255, 5000, 1e3),

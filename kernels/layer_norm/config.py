@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 
 # The fused kernels keep a whole row (and, backward, its gradient and the dw/db
-# accumulators) in registers. Past 16384 elements that needs more than the
-# registers 16 warps can hold and the compiler spills to local memory, so the fused
-# variant refuses larger rows; two_pass takes any N.
-FUSED_MAX_N = 16384
+# accumulators) in registers. A 32768-wide forward row takes 32 warps at 32 values a
+# thread, in the 64 registers a 1024-thread program gets; past that the compiler spills
+# to local memory, so the fused variant refuses larger rows; two_pass takes any N.
+FUSED_MAX_N = 32768
 
 # The fused backward's tile stays in registers up to this many lanes; at 16384 it already
 # spills for sm_90 (320-560 bytes of stack a thread at 16 warps; on an H200 sweep of 8192x16384,
@@ -174,8 +174,12 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
         # 32768 unpipelined 1.01-1.03x the best on an H200, 2 rows of 4096 1.06x and 1.21x). A row of four
         # chunks or more loads two chunks ahead (3 stages): on an H200 16-bit 16384 and 32768 ran
         # 1.19-1.26x faster, fp32 1.06-1.08x; at three chunks (16-bit 6144) within 2% either way.
-        block_m, block_n = (8, 1024) if size == 4 and n > 8192 else (2, two_pass_block_n(n, size, 4096, 512))
-        warps = _warps_for(block_m * block_n, 16)
+        # 16-bit rows past 16384: 8 rows of 1024 too, 32 elements a thread. Each step reads and writes
+        # the program's fp32 dw/db partial rows, which there outgrow L2 (32768: 35 MB on 132 SMs); on an
+        # H100 32768 ran 1.26-1.27x faster than at 2 rows of 4096.
+        wide = n > (8192 if size == 4 else 16384)
+        block_m, block_n = (8, 1024) if wide else (2, two_pass_block_n(n, size, 4096, 512))
+        warps = _warps_for(block_m * block_n, 32 if wide and size < 4 else 16)
         stages = 3 if cdiv(n, block_n) >= 4 else 1
         return LaunchConfig(block_m, block_n, warps, programs_per_sm=max(1, 16 // warps), num_stages=stages)
     block_n, lanes = fused_block_n(direction, n), fused_lanes(direction, n)
@@ -188,7 +192,17 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     if direction == "fwd" and lanes > 8192:
         # 8 warps, prefetching into L2 the rows 64 KiB a SM ahead (the H200 table's distances at 1024-8192
         # are 32-64 KiB): 16384 1.00-1.01x the best on an H200, where any tile without ran 1.07-1.9x.
-        return LaunchConfig(block_m, block_n, min(warps, 8), prefetch_per_sm=max(1, 65536 // (block_m * lanes * size)))
+        prefetch = max(1, 65536 // (block_m * lanes * size))
+        if lanes <= 16384:
+            return LaunchConfig(block_m, block_n, min(warps, 8), prefetch_per_sm=prefetch)
+        # Wider: 16-bit 16 warps (64 values a thread in 128 registers), prefetching; fp32 32 warps (32 in 64),
+        # not prefetching (1.12-1.26x slower with it). On an H100 at 32768, 1024 to 32768 rows: 0.95-1.31x
+        # torch.compile, where two_pass's forward ran 0.68-0.97x.
+        return (
+            LaunchConfig(block_m, block_n, 32)
+            if size == 4
+            else LaunchConfig(block_m, block_n, 16, prefetch_per_sm=prefetch)
+        )
     if direction == "fwd":  # the single reduction stays a tuned option: it costs the statistics bits
         # A program of fewer than 4096 elements (a padded or split row) loads w and b with x, lest their
         # latency follow the statistics: on an H200 up to 1.07x faster (fp32 768), 0.985x at fp16 1600.
