@@ -106,6 +106,17 @@ def test_auto_kernels_of_wide_rows_do_not_spill_registers(n, dtype, direction):
     _assert_no_spills(code, usage, str(cfg))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n", [18432, 20480, 24576])
+def test_fused_forward_of_a_wide_row_in_two_pieces_keeps_one_layout(n, dtype):
+    # Past 16384 a row that is not a power of two is a 16384-wide head plus a tail; the heuristic's warps
+    # give the tail's threads whole 16-byte accesses too (18432's 2048-wide tail: 8 warps at 16 bits,
+    # 16 at fp32), so the head's tile never moves into the tail's layout.
+    code, usage, cfg = _compiled("fused", "fwd", 8192, n, dtype)
+    assert not _tile_conversions("fwd", n, dtype, cfg), str(cfg)
+    _assert_no_spills(code, usage, str(cfg))
+
+
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
 @pytest.mark.parametrize("variant", ["fused", "two_pass"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -186,23 +186,22 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     # Short rows: pack several per program, to 4096 elements forward, 8 rows backward.
     block_m = prev_power_of_2(min(16 if direction == "fwd" else 8, 4096 // lanes))
     warps = _warps_for(block_m * block_n, 32)
+    if direction == "fwd" and lanes > 16384:
+        # Wider forward rows: 16-bit 16 warps (64 values a thread in 128 registers), fp32 32 (32 in 64).
+        # On an H100 at 32768, 1024 to 32768 rows: 0.95-1.31x torch.compile, where two_pass's forward
+        # ran 0.68-0.97x.
+        warps = 32 if size == 4 else 16
     tail_warps = block_m * (lanes - block_n) * size // (32 * 16)
     if tail_warps >= 1:  # a tail piece wide enough for 16-byte accesses keeps them (bf16 5000: 4 warps, 1.5x)
         warps = min(warps, tail_warps)
     if direction == "fwd" and lanes > 8192:
         # 8 warps, prefetching into L2 the rows 64 KiB a SM ahead (the H200 table's distances at 1024-8192
-        # are 32-64 KiB): 16384 1.00-1.01x the best on an H200, where any tile without ran 1.07-1.9x.
+        # are 32-64 KiB): 16384 1.00-1.01x the best on an H200, where any tile without ran 1.07-1.9x. Wider
+        # fp32 rows do not prefetch (1.12-1.26x slower with it on an H100).
         prefetch = max(1, 65536 // (block_m * lanes * size))
         if lanes <= 16384:
             return LaunchConfig(block_m, block_n, min(warps, 8), prefetch_per_sm=prefetch)
-        # Wider: 16-bit 16 warps (64 values a thread in 128 registers), prefetching; fp32 32 warps (32 in 64),
-        # not prefetching (1.12-1.26x slower with it). On an H100 at 32768, 1024 to 32768 rows: 0.95-1.31x
-        # torch.compile, where two_pass's forward ran 0.68-0.97x.
-        return (
-            LaunchConfig(block_m, block_n, 32)
-            if size == 4
-            else LaunchConfig(block_m, block_n, 16, prefetch_per_sm=prefetch)
-        )
+        return LaunchConfig(block_m, block_n, warps, prefetch_per_sm=0 if size == 4 else prefetch)
     if direction == "fwd":  # the single reduction stays a tuned option: it costs the statistics bits
         # A program of fewer than 4096 elements (a padded or split row) loads w and b with x, lest their
         # latency follow the statistics: on an H200 up to 1.07x faster (fp32 768), 0.985x at fp16 1600.
