@@ -172,6 +172,28 @@ def test_a_time_case_shares_its_shard_with_its_other_implementations():
             assert all(c in shard_cases for c in siblings), case.id
 
 
+def test_shards_balance_an_attention_backward_by_its_work():
+    """A long-sequence attention backward takes about a minute a mode to measure, a LayerNorm case half
+    a second: the shard that takes it takes fewer of the rest, so no shard keeps the verdict waiting."""
+    from kernelgate.cases.attention import BENCH_CONFIGS
+
+    configs = ["'long-128-causal-bf16'", "'gqa8-128-causal'"]
+    suite = {
+        "bench_attention.AttentionBackward.time_backward": {"type": "time", "params": [configs, ["'elem'", "'tma'"]]},
+        "bench_layer_norm.LayerNorm.time_layer_norm": {
+            "type": "time",
+            "params": [[f"'{i}'" for i in range(300)], ["'auto'"]],
+        },
+    }
+    long_s = 2 * bench.ATTENTION_S_PER_TFLOP * BENCH_CONFIGS["long-128-causal-bf16"].flops_backward() / 1e12
+    assert long_s > 100 * bench.TIME_CASE_S  # the case the split has to weigh
+    shards = bench.shard(bench.suite_cases(suite), 2)
+    with_long = next(s for s in shards if any("long-128" in c.id for c in s))
+    other = next(s for s in shards if s is not with_long)
+    assert len([c for c in with_long if "layer_norm" in c.id]) < len([c for c in other if "layer_norm" in c.id])
+    assert all("gqa8-128-causal" not in c.id for c in with_long)
+
+
 def test_base_warms_every_case_the_check_times_on_it(groups):
     """Base's warm-up leaves out the references; every LayerNorm time case the group selects is ours."""
     from benchmarks import bench_layer_norm

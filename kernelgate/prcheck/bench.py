@@ -133,13 +133,26 @@ def selected(cases: Iterable[Case], patterns: list[str]) -> list[Case]:
     return [c for c in cases if any(re.search(p, c.id) for p in patterns)]
 
 
-# Rough cost, to balance shards: a time case is one setup per commit and its rounds (~0.5 s on an
-# H200); a metrics unit measures its case beside references and copies, interleaved (~2.6 s).
-TIME_CASE_COST, METRICS_UNIT_COST = 1.0, 5.0
+# Rough seconds to measure, to balance shards (H100, both commits): a time case is one setup per commit
+# and its rounds, 0.55 s; a metrics unit measures its case beside references and copies, 2.9 s. An
+# attention backward's samples are 50 calls each, so its time grows with the config's work: about 3 s
+# plus 9 s a backward TFLOP (60 s a mode at 8k + 16k tokens, 6 s at 8 sequences of 2k).
+TIME_CASE_S, METRICS_UNIT_S = 0.55, 2.9
+ATTENTION_CASE_S, ATTENTION_S_PER_TFLOP = 3.0, 9.0
+
+
+def _time_case_seconds(case: Case) -> float:
+    if case.benchmark.startswith("bench_attention.") and case.params:
+        from kernelgate.cases.attention import BENCH_CONFIGS
+
+        config = BENCH_CONFIGS.get(case.values[0])
+        if config is not None:
+            return ATTENTION_CASE_S + ATTENTION_S_PER_TFLOP * config.flops_backward() / 1e12
+    return TIME_CASE_S
 
 
 def _cost(unit: list[Case]) -> float:
-    return TIME_CASE_COST * len(unit) if unit[0].kind == "time" else METRICS_UNIT_COST
+    return sum(_time_case_seconds(c) for c in unit) if unit[0].kind == "time" else METRICS_UNIT_S
 
 
 def shard(cases: list[Case], count: int) -> list[list[Case]]:
