@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 # The fused kernels keep a whole row (and, backward, its gradient and the dw/db
-# accumulators) in registers. A 32768-wide forward row takes 32 warps at 32 values a
-# thread, in the 64 registers a 1024-thread program gets; past that the compiler spills
+# accumulators) in registers. A 32768-wide fp32 forward row takes 32 warps at 32 values
+# a thread, in the 64 registers a 1024-thread program gets; past that the compiler spills
 # to local memory, so the fused variant refuses larger rows; two_pass takes any N.
 FUSED_MAX_N = 32768
 
@@ -159,10 +159,10 @@ def two_pass_block_n(n: int, element_bytes: int, cap: int, floor: int) -> int:
 def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -> LaunchConfig:
     """The configuration of a key the tuned table lacks: another GPU class, or another N. Chosen
     from recorded sweeps (the H100's of every key, the H200's fused backward, the H200's of every
-    key at the model widths, 768 to 32768, and its two_pass backward's stages), among whose
-    configurations it is within 1.13x of each key's best (tests/fixtures/recorded_sweeps.json); at the
-    model widths within 1.10x but for fp16 fused forward 768 (1.11x: it shares 1024's tile, which the
-    H100 sweeps hold to)."""
+    key at the model widths, 768 to 32768, and its two_pass backward's stages, the H100's of rows
+    past 16384), among whose configurations it is within 1.13x of each key's best
+    (tests/fixtures/recorded_sweeps.json); at the model widths within 1.10x but for fp16 fused
+    forward 768 (1.11x: it shares 1024's tile, which the H100 sweeps hold to)."""
     size = dtype.itemsize
     if variant == "two_pass":
         if direction == "fwd":  # chunks up to 8192, rows packed to 2048 elements and two while a chunk is under 8 KiB
