@@ -214,8 +214,8 @@ def recorded_sweep(name: str) -> list[tune.Measurement]:
 @pytest.mark.parametrize("sweep", sorted(SWEEP_KEYS))
 def test_untuned_configs_are_near_the_best_of_recorded_sweeps(sweep):
     """What a key the tuned table lacks runs (the heuristic), as measured among the configurations
-    of a recorded sweep: within 1.13x of each key's best. A key whose heuristic a later sweep chose
-    must have it measured there."""
+    of a recorded sweep: within 1.13x of each key's best. A key whose heuristic changed after a sweep
+    must have the new one measured in another recorded sweep."""
     measured = recorded_sweep(sweep)
     keys = sorted({m.key for m in measured}, key=lambda k: k.name)
     assert len(keys) == SWEEP_KEYS[sweep]
