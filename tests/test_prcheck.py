@@ -366,6 +366,30 @@ def test_head_measures_only_the_track_values_a_rule_bounds(fake_tree, tmp_path, 
     assert {c.id for c in chosen["head"] if c.kind == "time"} == {c.id for c in chosen["base"]}, "every time case"
 
 
+def test_each_shard_chooses_its_cases_then_measures_them(fake_tree, tmp_path):
+    """The check's order: discover both suites and choose the shard's cases (the warm-up is told them),
+    then measure exactly those; the shards together measure every chosen case once."""
+    measured = {}
+    for k in (1, 2):
+        out = tmp_path / f"shard-{k}"
+        (out / "trusted").mkdir(parents=True)
+        (out / "trusted" / "perf-thresholds.toml").write_text(BOUNDS)
+        machine = {"gpu_class": "H100"}
+        plan = check.Plan("a" * 40, "b" * 40, machine, ["fake"], {}, (k, 2), [], [r"^bench_fake\.(Fast|Metrics)"])
+        for role in ("base", "head"):
+            side = _side(role, fake_tree, tmp_path)
+            plan.sides[role] = {"commit": side.commit, "tree": str(side.tree), "python": str(side.python),
+                                "env": {}, "log": str(out / "logs" / f"{role}-worker.log")}  # fmt: skip
+        cases = check.choose(plan, out, check.Steps())
+        assert plan.cases == {role: [c.id for c in role_cases] for role, role_cases in cases.items()}
+        records = check.measure(plan, check.Steps(), cases)
+        for role in ("base", "head"):
+            assert sorted(records[role]) == sorted(plan.cases[role]), "measured what was chosen, no more"
+            measured.setdefault(role, []).extend(plan.cases[role])
+    assert sorted(measured["base"]) == ["bench_fake.Fast.time_sum('a')", "bench_fake.Fast.time_sum('b')"]
+    assert len(measured["head"]) == len(set(measured["head"])) == 4, "two time cases and two bounded track values"
+
+
 def test_unreadable_thresholds_stop_the_check(tmp_path):
     (tmp_path / "perf-thresholds.toml").write_text("[defaults]\nmax_slowdown = 'fast'\n")
     with pytest.raises(check.CheckError, match=r"base commit's perf-thresholds\.toml"):
@@ -690,8 +714,9 @@ def test_measured_results_are_what_the_gate_judges(fake_tree, tmp_path, head_tic
 
 
 FAKE_WARM = """
-import sys
+import os, sys
 print("compiling", sys.argv[1:])
+print("cases", open(os.environ["KERNELGATE_WARM_CASES"]).read())
 print("warm-up done in 1 s; 0 failed: []")
 sys.exit(int(__import__("os").environ.get("FAKE_WARM_EXIT", "0")))
 """
@@ -714,13 +739,53 @@ def test_the_warm_up_runs_both_commits_and_leaves_the_references_to_head(tmp_pat
             "env": env,
             "log": str(log),
         }
-    check.warm_up(plan, check.Steps())
+    timed = bench.Case(
+        "bench_layer_norm.LayerNorm.time_layer_norm", 0, ("'4096x1024'", "'float32'", "'fwd'", "'auto'"), "time"
+    )
+    bounded = bench.Case(
+        "bench_layer_norm.LayerNormMetrics.track_gbps", 0, ("'4096x1024'", "'float32'", "'fwd'", "'auto'"), "track"
+    )
+    check.warm_up(plan, check.Steps(), {"base": [timed], "head": [timed, bounded]})
     logs = {role: (tmp_path / "out" / "logs" / f"{role}-warm.log").read_text() for role in ("base", "head")}
     assert "--without-references" in logs["base"] and "--without-references" not in logs["head"]
     assert all("'--groups', 'layer_norm'" in text for text in logs.values())
+    # each commit's warm-up is told the cases the run measures on it
+    assert 'cases [["time", ["4096x1024", "float32", "fwd", "auto"]]]' in logs["base"]
+    assert '["track", ["4096x1024", "float32", "fwd", "auto"]]' in logs["head"]
     printed = capsys.readouterr().out
     assert "base: warm-up done" in printed and "head: warm-up done" in printed
     assert "base's warm-up exited 3" in printed, "a failed warm-up is reported, and the check goes on"
+
+
+def test_a_shard_warms_the_workloads_of_its_own_cases():
+    """A time case warms its own implementation; a metrics case every implementation of its case (they are
+    measured beside each other); an implementation with nothing to compile, nothing."""
+    from kernelgate.measure import warm
+
+    todo = warm.items()
+    cases = [
+        ["time", ["4096x1024", "float32", "fwd", "fused"]],
+        ["time", ["4096x1024", "float32", "fwd", "torch"]],  # eager torch: nothing to compile
+        ["track", ["8192x8192", "bfloat16", "bwd", "auto"]],
+        ["time", ["gqa8-128-causal", "tma"]],
+        ["track", ["gqa8-64-full", "elem"]],
+    ]
+    assert warm.for_cases(todo, cases) == [
+        item
+        for item in todo
+        if item == ("layer_norm", "4096x1024", "float32", "fwd", "fused")
+        or item[:4] == ("layer_norm", "8192x8192", "bfloat16", "bwd")
+        or item == ("attention", "gqa8-128-causal", "tma")
+        or item[:2] == ("attention", "gqa8-64-full")
+    ]
+    assert {item[-1] for item in warm.for_cases(todo, cases) if item[1] == "8192x8192"} == {
+        "fused",
+        "two_pass",
+        "auto",
+        "torch_compile",
+        "liger",
+    }
+    assert len({item[-1] for item in warm.for_cases(todo, cases) if item[1] == "gqa8-64-full"}) == 3
 
 
 def test_a_runner_pinned_to_some_cores_sizes_its_processes_by_them(tmp_path, monkeypatch):

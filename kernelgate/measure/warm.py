@@ -9,9 +9,12 @@ benchmark's own setup still calls its workload once before sampling.
 ``python -m kernelgate.measure.warm [--jobs N] [--groups layer_norm attention] [--without-references]``
 (``nox -s bench`` and the PR check run it on a GPU; ``--groups`` names pr-check.toml's groups, default
 all; ``--without-references`` warms this project's kernels alone, all that the PR check times on base).
+With ``KERNELGATE_WARM_CASES`` set, only the workloads of those benchmark cases are warmed: a PR check
+shard warms its own share.
 """
 
 import argparse
+import json
 import os
 import time
 
@@ -32,6 +35,18 @@ from kernelgate.measure.parallel import default_jobs, in_worker_processes
 # Eager torch, FA2 and cuDNN have nothing to compile.
 LAYER_NORM_COMPILED_REFERENCES = ["torch_compile", "liger"]
 GROUPS = ("layer_norm", "attention")
+# A JSON file of [kind, parameter values] pairs, one per asv case ("time" or "track"): warm only what
+# they run. Set by the PR check (kernelgate.prcheck.check) for its shard's cases; unset, every workload
+# of the groups is warmed.
+WARM_CASES_ENV = "KERNELGATE_WARM_CASES"
+
+
+def for_cases(todo: list[tuple], cases: list[tuple[str, list]]) -> list[tuple]:
+    """The items of ``todo`` that ``cases`` run. An item is (group, *parameters, implementation), as a
+    time case's parameters are; a track case measures every implementation of its leading parameters."""
+    timed = {tuple(values) for kind, values in cases if kind == "time"}
+    measured = {tuple(values[:-1]) for kind, values in cases if kind == "track"}
+    return [item for item in todo if item[1:] in timed or item[1:-1] in measured]
 
 
 def items(groups: tuple[str, ...] = GROUPS, references: bool = True) -> list[tuple]:
@@ -83,6 +98,9 @@ def main() -> None:
     if unknown:
         print(f"no JIT work to warm for {unknown}", flush=True)
     todo = items(tuple(args.groups), references=not args.without_references)
+    if os.environ.get(WARM_CASES_ENV):
+        with open(os.environ[WARM_CASES_ENV]) as f:
+            todo = for_cases(todo, json.load(f))
     start = time.perf_counter()
     print(f"warming {len(todo)} workloads on {args.jobs} processes", flush=True)
     failed = []

@@ -149,8 +149,9 @@ def run(args: argparse.Namespace) -> int:
             return finish(out, plan, steps, None, 0)
         if not args.skip_tests:
             check.run_tests(plan, out, steps)
-        check.warm_up(plan, steps)
-        records = check.measure(plan, out, steps)
+        cases = check.choose(plan, out, steps)
+        check.warm_up(plan, steps, cases)
+        records = check.measure(plan, steps, cases)
         (out / check.MEASUREMENTS).write_text(json.dumps(records))
         check.write_results(plan, out, records)
         plan.save(out)  # the gate's re-measurement reads it

@@ -1,4 +1,4 @@
-"""The PR check, step by step: environment, selection, GPU tests, JIT warm-up, benchmarks, gate, report.
+"""The PR check, step by step: environment, selection, GPU tests, cases, JIT warm-up, benchmarks, gate, report.
 
 Everything a step needs is in its output folder (``--out``): the manifest (commits, machine,
 selection, shard, the cases measured, each step's time), each commit's suite, the raw measurements,
@@ -34,6 +34,9 @@ MEASUREMENTS, REMEASURED = "measurements.json", "remeasured.json"
 # one GPU, at most 16 (the cores of a one-GPU runner; more contend for the GPU rather than add speed).
 TEST_PROCESSES = 16
 NO_GPU_GROUPS = "the PR check times kernels on a GPU; none is visible (nvidia-smi lists no device)"
+# A file of the cases a commit's warm-up is for (read by kernelgate.measure.warm). An environment variable, so
+# that a commit whose warm-up predates it warms every workload instead of failing.
+WARM_CASES_ENV = "KERNELGATE_WARM_CASES"
 
 
 class CheckError(Exception):
@@ -242,10 +245,28 @@ def run_tests(plan: Plan, out: Path, steps: Steps) -> None:
         print(f"pytest exit code {code}", flush=True)
 
 
-def warm_up(plan: Plan, steps: Steps) -> None:
-    """Both commits' JIT caches filled side by side. Base times only this project's kernels: the references
-    (torch.compile, Liger-Kernel), which head's metrics compare against, are warmed on head alone. A failed
-    warm-up is not fatal: the benchmark's setup compiles what is missing, outside the timed samples."""
+def choose(plan: Plan, out: Path, steps: Steps) -> dict[str, list[bench.Case]]:
+    """Discover both suites and choose this shard's cases of each (``plan.cases`` records their ids)."""
+    with steps("choose cases"):
+        suites = bench.discover([plan.side("base"), plan.side("head")])
+        for role, suite in suites.items():
+            results.write_suite(out / "suites" / f"{role}.json", suite)
+        chosen = chosen_cases(suites, plan.benchmarks, bounded_tracks(out / "trusted", plan.machine["gpu_class"]))
+        k, n = plan.shard
+        mine = set(bench.shard(sorted(set(chosen["base"]) | set(chosen["head"])), n)[k - 1])
+        cases = {role: [c for c in role_cases if c in mine] for role, role_cases in chosen.items()}
+        plan.cases = {role: [c.id for c in role_cases] for role, role_cases in cases.items()}
+        tracks = sum(c.kind == "track" for c in cases["head"])
+        print(f"shard {k}/{n}: {len(cases['base'])} base and {len(cases['head'])} head cases, {tracks} of them "
+              f"track_* values a rule bounds on {plan.machine['gpu_class']}", flush=True)  # fmt: skip
+        return cases
+
+
+def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[bench.Case]]) -> None:
+    """Both commits' JIT caches filled side by side, for the cases this run measures on each. Base times only
+    this project's kernels: the references (torch.compile, Liger-Kernel), which head's metrics compare
+    against, are warmed on head alone. A failed warm-up is not fatal: the benchmark's setup compiles what is
+    missing, outside the timed samples."""
     with steps("JIT warm-up"), contextlib.ExitStack() as stack:
         running, jobs = [], default_jobs(12)
         # A third of the processes for base: head's torch.compile work is the longer path.
@@ -256,7 +277,9 @@ def warm_up(plan: Plan, steps: Steps) -> None:
             log_path = side.log.with_name(f"{role}-warm.log")
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log = stack.enter_context(log_path.open("w"))
-            env = {**os.environ, **side.env}
+            warm_cases = log_path.with_name(f"{role}-warm-cases.json")
+            warm_cases.write_text(json.dumps([[c.kind, c.values] for c in cases[role]]))
+            env = {**os.environ, **side.env, WARM_CASES_ENV: str(warm_cases)}
             proc = subprocess.Popen(argv, cwd=side.tree, env=env, stdout=log, stderr=subprocess.STDOUT)
             stack.callback(proc.kill)  # a no-op once it has exited; an interrupted check leaves no compiler behind
             running.append((role, proc, log_path))
@@ -268,22 +291,10 @@ def warm_up(plan: Plan, steps: Steps) -> None:
                 print(f"{role}'s warm-up exited {code}: its benchmarks' setup compiles what is missing", flush=True)
 
 
-def measure(plan: Plan, out: Path, steps: Steps) -> dict:
-    """Discover both suites, choose this shard's cases and measure them; returns the records."""
+def measure(plan: Plan, steps: Steps, cases: dict[str, list[bench.Case]]) -> dict:
+    """Measure the chosen cases, base and head interleaved; returns the records."""
     with steps("benchmarks"):
-        sides = [plan.side("base"), plan.side("head")]
-        suites = bench.discover(sides)
-        for role, suite in suites.items():
-            results.write_suite(out / "suites" / f"{role}.json", suite)
-        chosen = chosen_cases(suites, plan.benchmarks, bounded_tracks(out / "trusted", plan.machine["gpu_class"]))
-        k, n = plan.shard
-        mine = set(bench.shard(sorted(set(chosen["base"]) | set(chosen["head"])), n)[k - 1])
-        cases = {role: [c for c in role_cases if c in mine] for role, role_cases in chosen.items()}
-        plan.cases = {role: [c.id for c in role_cases] for role, role_cases in cases.items()}
-        tracks = sum(c.kind == "track" for c in cases["head"])
-        print(f"shard {k}/{n}: {len(cases['base'])} base and {len(cases['head'])} head cases, {tracks} of them "
-              f"track_* values a rule bounds on {plan.machine['gpu_class']}", flush=True)  # fmt: skip
-        return bench.measure(sides, cases)
+        return bench.measure([plan.side("base"), plan.side("head")], cases)
 
 
 def bounded_tracks(trusted: Path, gpu_class: str) -> Callable[[bench.Case, dict], bool]:
