@@ -195,6 +195,7 @@ SWEEP_KEYS = {
     "h200-model-widths": 69,
     "h200-two-pass-backward-stages": 9,
     "h100-wide-rows": 12,
+    "h200-wide-rows": 6,
 }
 
 
@@ -282,7 +283,9 @@ def test_merge_keeps_other_gpu_classes_and_keys(tmp_path, monkeypatch):
     path = tmp_path / "tuned.json"
     write_tuned_table(path, merged)
     assert read_tuned_table(path) == merged
+    assert select_variant("auto", "bwd", torch.float32, 5000, "H200") == "fused"  # cached before the override
     monkeypatch.setenv(TUNED_ENV, str(path))
+    assert select_variant("auto", "bwd", torch.float32, 5000, "H200") == "two_pass", "a stale cached choice"
     assert launch_config("fused", "fwd", torch.float32, 4096, "H200") == new_cfg
     assert launch_config("fused", "fwd", torch.float32, 4096, "H100") == LaunchConfig(1, 4096, 8)
     assert launch_config("fused", "fwd", torch.float32, 8192, "H200") == heuristic_config(
