@@ -266,13 +266,14 @@ def column_sum_launch(partial: torch.Tensor, outs: list[torch.Tensor]) -> Launch
 
 
 def layer_norm_fwd(
-    x2, weight, bias, eps: float, variant: str, out=None, cfg: LaunchConfig | None = None, stats: bool = True
+    x2, weight, bias, eps: float, variant: str, out=None, cfg: LaunchConfig | None = None, stats: bool = True, env=None
 ):
     """Run the forward on a validated [M, N] view; returns (y, mean, rstd).
 
     ``out`` optionally supplies those three tensors (tests pass NaN-filled ones);
     ``cfg`` overrides the launch configuration (the tuner). ``stats=False`` (inference)
-    neither allocates nor stores mean and rstd, and returns None for them.
+    neither allocates nor stores mean and rstd, and returns None for them. ``env``: the
+    call's ``launch_env()``, if it has read it already.
     """
     m = x2.shape[0]
     if out is None:
@@ -283,7 +284,7 @@ def layer_norm_fwd(
     if cfg is not None:
         forward_launch(x2, weight, bias, eps, variant, *out, cfg)()
         return out
-    key = forward_key(x2, weight, bias, variant, *out)
+    key = forward_key(x2, weight, bias, variant, *out, env=env)
     args = _forward_args(x2, weight, bias, eps, *out)
     if (kernel := bound(key)) is not None:
         kernel(args)
@@ -292,24 +293,26 @@ def layer_norm_fwd(
     return out
 
 
-def forward_key(x2, weight, bias, variant: str, y, mean, rstd) -> tuple:
+def forward_key(x2, weight, bias, variant: str, y, mean, rstd, env=None) -> tuple:
     """What ``forward_launch`` reads of its arguments but the tensors' data and eps: one bound kernel each."""
-    return ("fwd", variant, x2.shape, x2.stride(0), y.stride(0), x2.get_device(), _launch_env(),
+    return ("fwd", variant, x2.shape, x2.stride(0), y.stride(0), x2.get_device(), env or launch_env(),
             _low_bits(x2, y, weight, bias, mean, rstd))  # fmt: skip
 
 
-def backward_key(dy2, x2, weight, bias, mean, rstd, variant: str, dx) -> tuple:
+def backward_key(dy2, x2, weight, bias, mean, rstd, variant: str, dx, env=None) -> tuple:
     """What ``backward_launch`` reads of its arguments but the tensors' data and the partial sums, whose
     shape follows from the rest and whose address is a fresh allocation's: 512-byte aligned."""
-    return ("bwd", variant, x2.shape, x2.stride(0), dy2.stride(0), dx.stride(0), x2.get_device(), _launch_env(),
+    return ("bwd", variant, x2.shape, x2.stride(0), dy2.stride(0), dx.stride(0), x2.get_device(), env or launch_env(),
             bias is not None, _low_bits(x2, dy2, dx, weight, mean, rstd))  # fmt: skip
 
 
-def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg: LaunchConfig | None = None):
+def layer_norm_bwd(
+    dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg: LaunchConfig | None = None, env=None
+):
     """Run the backward; returns (dx, dw or None, db or None).
 
     ``out`` optionally supplies (dx, dw, db) to write into; ``cfg`` overrides
-    the launch configuration (the tuner).
+    the launch configuration (the tuner); ``env`` as in ``layer_norm_fwd``.
     """
     m = x2.shape[0]
     dx, dw, db = out if out is not None else (torch.empty_like(x2, memory_format=torch.contiguous_format), None, None)
@@ -326,7 +329,8 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
         if sums:
             column_sum_launch(partial, sums)()
         return dx, dw, db
-    key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx)
+    env = env or launch_env()
+    key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx, env)
     if (kernel := bound(key)) is not None:
         partial = _partial_sums(variant, kernel.grid[0], x2, weight, bias)
         kernel(_backward_args(dy2, x2, weight, mean, rstd, dx, partial))
@@ -334,7 +338,7 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
         launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx)
         bind(key, launch, len(_backward_args(dy2, x2, weight, mean, rstd, dx, partial)))
     if sums:
-        key = ("sum", partial.shape, len(sums), partial.get_device(), _launch_env(), _low_bits(*sums))
+        key = ("sum", partial.shape, len(sums), partial.get_device(), env, _low_bits(*sums))
         if (kernel := bound(key)) is not None:
             kernel((partial, sums[0], sums[-1]))
         else:
@@ -342,8 +346,9 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
     return dx, dw, db
 
 
-def _launch_env() -> tuple:
-    """The variables that change a launch: another tuned table, programmatic dependent launch off."""
+def launch_env() -> tuple[str | None, str | None]:
+    """The variables that change a launch: another tuned table, programmatic dependent launch off.
+    Read once a call: each read costs about as much host time as a tensor allocation."""
     return os.environ.get(TUNED_ENV), os.environ.get(PDL_ENV)
 
 
@@ -353,9 +358,16 @@ def _low_bits(*tensors: torch.Tensor | None) -> tuple:
     return tuple(None if t is None else (t.dtype, t.data_ptr() & 15) for t in tensors)
 
 
-@functools.cache  # on every call's path
 def select_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> str:
-    """Resolve "auto" for one direction and refuse rows the fused kernel cannot hold."""
+    """Resolve "auto" for one direction under the current tuned table, and refuse rows the fused
+    kernel cannot hold."""
+    return _select_variant(variant, direction, dtype, n, gpu, os.environ.get(TUNED_ENV))
+
+
+# Cached: it sits on every call's path. The table override (tuned_env) is part of the key, so that
+# changing it takes effect, as in config.launch_config.
+@functools.cache
+def _select_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None, tuned_env) -> str:
     variant = resolve_variant(variant, direction, dtype, n, gpu)
     if variant == "fused" and n > FUSED_MAX_N:
         raise ValueError(
@@ -370,8 +382,9 @@ def _forward(x, normalized_shape, weight, bias, eps, variant, stats=True):
     if not isinstance(variant, str):
         raise TypeError(f"layer_norm: variant must be a string, got {type(variant).__name__}")
     x2, weight, bias = _rows(x, n), _flat(weight), _flat(bias)
-    variant = select_variant(variant, "fwd", x.dtype, n, gpu_of(x))
-    y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, variant, stats=stats)
+    env = launch_env()
+    variant = _select_variant(variant, "fwd", x.dtype, n, gpu_of(x), env[0])
+    y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, variant, stats=stats, env=env)
     return _shaped(y, x.shape), (x2, weight, bias, mean, rstd)
 
 
@@ -388,8 +401,9 @@ class LayerNormFunction(torch.autograd.Function):
     @once_differentiable  # dx is not differentiable again: a second-order gradient raises, never reads 0
     def backward(ctx, dy):
         x2, weight, bias, mean, rstd = ctx.saved_tensors
-        variant = select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2))
-        dx, dw, db = layer_norm_bwd(_rows(dy, x2.shape[1]), x2, weight, bias, mean, rstd, variant)
+        env = launch_env()
+        variant = _select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2), env[0])
+        dx, dw, db = layer_norm_bwd(_rows(dy, x2.shape[1]), x2, weight, bias, mean, rstd, variant, env=env)
         return _shaped(dx, ctx.x_shape), None, dw, db, None, None
 
 
