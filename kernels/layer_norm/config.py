@@ -159,7 +159,7 @@ def two_pass_block_n(n: int, element_bytes: int, cap: int, floor: int) -> int:
 def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -> LaunchConfig:
     """The configuration of a key the tuned table lacks: another GPU class, or another N. Chosen
     from recorded sweeps (the H100's of every key, the H200's fused backward, the H200's of every
-    key at the model widths, 768 to 32768, and its two_pass backward's stages, the H100's of rows
+    key at the model widths, 768 to 32768, and its two_pass backward's stages, both GPUs' of rows
     past 16384), among whose configurations it is within 1.13x of each key's best
     (tests/fixtures/recorded_sweeps.json); at the model widths within 1.10x but for fp16 fused
     forward 768 (1.11x: it shares 1024's tile, which the H100 sweeps hold to)."""
@@ -177,7 +177,7 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
         # 16-bit rows from 16384: 4 rows of 4096, 32 elements a thread. Each step reads and writes the
         # program's fp32 dw/db partial rows (32768: 35 MB on 132 SMs, more than L2), so more rows a step
         # pay. At 8192 rows, against 2 rows of 4096: 16384 1.11-1.13x faster on an H200, 0.99x on an
-        # H100; 32768 1.25-1.28x on both, where 8 rows of 1024 on 8 warps ran 1.27x on an H100, 0.98x on an H200.
+        # H100; 32768 1.25-1.28x on both (8 rows of 1024 on 8 warps: 1.26-1.27x on an H100, 0.98x on an H200).
         wide = n > 8192 if size == 4 else n >= 16384
         wide_tile = (8, 1024) if size == 4 else (4, 4096)
         block_m, block_n = wide_tile if wide else (2, two_pass_block_n(n, size, 4096, 512))
