@@ -2,12 +2,11 @@
 
 import dataclasses
 import json
-import os
 
 import pytest
 import torch
 
-from kernelgate.kernels.layer_norm.config import TUNED_ENV, LaunchConfig, launch_config, tuned_key
+from kernelgate.kernels.layer_norm.config import LaunchConfig, launch_config, tuned_key, tuned_override
 from kernelgate.tune.compare import compare_case, under_table
 
 
@@ -16,8 +15,8 @@ def _table(path, cfg: LaunchConfig, gpu: str):
     return path
 
 
-def test_each_call_launches_with_its_tables_configuration(tmp_path, monkeypatch):
-    monkeypatch.delenv(TUNED_ENV, raising=False)
+def test_each_call_launches_with_its_tables_configuration(tmp_path):
+    before = tuned_override()
     gpu = "H200"
     a, b = LaunchConfig(1, 1024, 2), LaunchConfig(4, 1024, 8, prefetch_per_sm=3)
     tables = {cfg: _table(tmp_path / f"{name}.json", cfg, gpu) for name, cfg in (("a", a), ("b", b))}
@@ -27,7 +26,7 @@ def test_each_call_launches_with_its_tables_configuration(tmp_path, monkeypatch)
 
     for cfg, path in tables.items():
         assert under_table(path, config)() == cfg
-    assert TUNED_ENV not in os.environ, "the override outlived the call"
+    assert tuned_override() == before, "the override outlived the call"
     assert config() not in tables
 
 

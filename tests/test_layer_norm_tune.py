@@ -12,7 +12,6 @@ import torch
 from kernelgate.cases.layer_norm import BENCH_DTYPES, BENCH_SHAPES, DTYPES, LAYER_NORM_VARIANTS, LayerNormCase
 from kernelgate.kernels.layer_norm.config import (
     FUSED_MAX_N,
-    TUNED_ENV,
     LaunchConfig,
     fused_tail_n,
     heuristic_config,
@@ -21,6 +20,7 @@ from kernelgate.kernels.layer_norm.config import (
     read_tuned_table,
     resolve_variant,
     tuned_key,
+    tuned_table,
     with_tuned,
     write_tuned_table,
 )
@@ -264,7 +264,7 @@ def test_configurations_that_failed_on_a_shape_do_not_qualify():
     assert [cfg for cfg, _ in tune.ranked_by_geomean(measured)] == [b]
 
 
-def test_merge_keeps_other_gpu_classes_and_keys(tmp_path, monkeypatch):
+def test_merge_keeps_other_gpu_classes_and_keys(tmp_path):
     old = {
         "H100": {"fused/fwd/float32/4096": {"block_m": 1, "block_n": 4096, "num_warps": 8}},
         "H200": {
@@ -284,22 +284,23 @@ def test_merge_keeps_other_gpu_classes_and_keys(tmp_path, monkeypatch):
     write_tuned_table(path, merged)
     assert read_tuned_table(path) == merged
     assert select_variant("auto", "bwd", torch.float32, 5000, "H200") == "fused"  # cached before the override
-    monkeypatch.setenv(TUNED_ENV, str(path))
-    assert select_variant("auto", "bwd", torch.float32, 5000, "H200") == "two_pass", "a stale cached choice"
-    assert launch_config("fused", "fwd", torch.float32, 4096, "H200") == new_cfg
-    assert launch_config("fused", "fwd", torch.float32, 4096, "H100") == LaunchConfig(1, 4096, 8)
-    assert launch_config("fused", "fwd", torch.float32, 8192, "H200") == heuristic_config(
-        "fused", "fwd", torch.float32, 8192
-    )
-    # auto follows the table's choice per direction, and the padding rule elsewhere.
-    assert resolve_variant("auto", "bwd", torch.float32, 5000, "H200") == "two_pass"
-    assert resolve_variant("auto", "fwd", torch.float32, 5000, "H200") == "fused"
-    assert resolve_variant("auto", "bwd", torch.float32, 5000, "H100") == "fused"  # 8192 lanes, 39% masked
-    # Past 8192 lanes the fused backward's tile spills, whatever share of it is masked.
-    assert resolve_variant("auto", "bwd", torch.float32, 9000, "H100") == "two_pass"  # 16384 lanes, 45% masked
-    assert resolve_variant("auto", "bwd", torch.float32, 16384, "H100") == "two_pass"
-    assert resolve_variant("auto", "fwd", torch.float32, 16384, "H100") == "fused"
-    assert resolve_variant("auto", "bwd", torch.float32, FUSED_MAX_N + 1, "H100") == "two_pass"
+    with tuned_table(path):
+        assert select_variant("auto", "bwd", torch.float32, 5000, "H200") == "two_pass", "a stale cached choice"
+        assert launch_config("fused", "fwd", torch.float32, 4096, "H200") == new_cfg
+        assert launch_config("fused", "fwd", torch.float32, 4096, "H100") == LaunchConfig(1, 4096, 8)
+        assert launch_config("fused", "fwd", torch.float32, 8192, "H200") == heuristic_config(
+            "fused", "fwd", torch.float32, 8192
+        )
+        # auto follows the table's choice per direction, and the padding rule elsewhere.
+        assert resolve_variant("auto", "bwd", torch.float32, 5000, "H200") == "two_pass"
+        assert resolve_variant("auto", "fwd", torch.float32, 5000, "H200") == "fused"
+        assert resolve_variant("auto", "bwd", torch.float32, 5000, "H100") == "fused"  # 8192 lanes, 39% masked
+        # Past 8192 lanes the fused backward's tile spills, whatever share of it is masked.
+        assert resolve_variant("auto", "bwd", torch.float32, 9000, "H100") == "two_pass"  # 16384 lanes, 45% masked
+        assert resolve_variant("auto", "bwd", torch.float32, 16384, "H100") == "two_pass"
+        assert resolve_variant("auto", "fwd", torch.float32, 16384, "H100") == "fused"
+        assert resolve_variant("auto", "bwd", torch.float32, FUSED_MAX_N + 1, "H100") == "two_pass"
+    assert select_variant("auto", "bwd", torch.float32, 5000, "H200") == "fused", "the override outlived its block"
     assert [key for _, key, _ in launch_entries(merged)] == [
         "fused/fwd/float32/4096",
         "fused/fwd/float32/1024",

@@ -1,7 +1,7 @@
 """A side-by-side A/B of two tuned-configuration tables: does a re-tune pay on every case?
 
 ``python -m kernelgate.tune.compare OLD.json NEW.json`` times each LayerNorm case's call under
-table A and under table B (``KERNELGATE_TUNED_CONFIGS``), interleaved round by round in one process
+table A and under table B (``config.tuned_table``), interleaved round by round in one process
 with the 1 GiB copy, as ``kernelgate.measure.metrics`` times the suite's cases: time A / time B above 1 means
 B is faster. The tuner ranks a key by the geometric mean over the shapes that share its N, so a
 new pick can lose on one of them; this shows which. E.g., after ``nox -s tune``:
@@ -11,12 +11,11 @@ new pick can lose on one of them; this shows which. E.g., after ``nox -s tune``:
 """
 
 import argparse
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from kernelgate.cases.layer_norm import BENCH_DIRECTIONS, BENCH_DTYPES, LAYER_NORM_VARIANTS, bench_case, shape_names
-from kernelgate.kernels.layer_norm.config import TUNED_ENV
+from kernelgate.kernels.layer_norm.config import tuned_table
 from kernelgate.measure import timing
 from kernelgate.measure.workloads import batched, layer_norm_workload, rotations, sized_for_device, warmed
 
@@ -26,15 +25,8 @@ def under_table(path: Path, fn: Callable[[], object]) -> Callable[[], object]:
     table in place after it (a CUDA graph captures them once; without a GPU every call reads them)."""
 
     def call():
-        previous = os.environ.get(TUNED_ENV)
-        os.environ[TUNED_ENV] = str(path)
-        try:
+        with tuned_table(path):
             return fn()
-        finally:
-            if previous is None:
-                del os.environ[TUNED_ENV]
-            else:
-                os.environ[TUNED_ENV] = previous
 
     return call
 

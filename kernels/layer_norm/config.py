@@ -7,6 +7,7 @@ direction, dtype and N; otherwise a heuristic picks one. Launchers, the ahead-of
 the tuner all go through ``launch_config`` so they see the same kernels.
 """
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -33,7 +34,10 @@ FUSED_BWD_REGISTER_LANES = 8192
 PIPELINE_MAX_BYTES = 128 * 1024
 
 TUNED_FILE = Path(__file__).with_name("tuned_configs.json")
-TUNED_ENV = "KERNELGATE_TUNED_CONFIGS"  # another table, e.g. to try (or inject) configurations
+# Another table for the whole process, e.g. to try (or inject) configurations. Read once, at import:
+# every launch would otherwise pay for reading the environment.
+TUNED_ENV = "KERNELGATE_TUNED_CONFIGS"
+_tuned_override: str | None = os.environ.get(TUNED_ENV)
 VARIANTS = ("fused", "two_pass", "auto")
 
 
@@ -119,7 +123,7 @@ def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gp
         raise ValueError(f"layer_norm: unknown variant {variant!r}; choose one of {VARIANTS}")
     if variant != "auto":
         return variant
-    tuned = _tuned_entry(tuned_key("auto", direction, dtype, n), gpu, os.environ.get(TUNED_ENV))
+    tuned = _tuned_entry(tuned_key("auto", direction, dtype, n), gpu, _tuned_override)
     return tuned["variant"] if tuned is not None else heuristic_variant(direction, n)
 
 
@@ -136,7 +140,23 @@ def tuned_key(variant: str, direction: str, dtype: torch.dtype, n: int) -> str:
 
 
 def tuned_file() -> Path:
-    return Path(os.environ.get(TUNED_ENV, TUNED_FILE))
+    return Path(_tuned_override or TUNED_FILE)
+
+
+def tuned_override() -> str | None:
+    """The table that replaces ``tuned_configs.json`` for lookups now, if one does."""
+    return _tuned_override
+
+
+@contextlib.contextmanager
+def tuned_table(path: Path):
+    """Look configurations up in ``path`` inside the block (an A/B of two tables in one process)."""
+    global _tuned_override
+    previous, _tuned_override = _tuned_override, str(path)
+    try:
+        yield
+    finally:
+        _tuned_override = previous
 
 
 def _warps_for(elements: int, per_thread: int) -> int:
@@ -221,7 +241,7 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
 
 def launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> LaunchConfig:
     """The configuration for one launch; ``variant`` is "fused" or "two_pass"."""
-    return _launch_config(variant, direction, dtype, n, gpu, os.environ.get(TUNED_ENV))
+    return _launch_config(variant, direction, dtype, n, gpu, _tuned_override)
 
 
 # Cached: it sits on every launch's path (~1 us to look up, ~7 us to build). tuned_env

@@ -18,7 +18,6 @@ from kernelgate.kernels.device import gpu_class, interpreter_mode, is_sm90_or_ne
 from kernelgate.kernels.layer_norm import triton_kernels as tk
 from kernelgate.kernels.layer_norm.config import (
     FUSED_MAX_N,
-    TUNED_ENV,
     LaunchConfig,
     cdiv,
     fused_tail_n,
@@ -26,6 +25,7 @@ from kernelgate.kernels.layer_norm.config import (
     next_power_of_2,
     persistent_programs,
     resolve_variant,
+    tuned_override,
 )
 from kernelgate.kernels.layer_norm.launch import Launch, bind, bound
 
@@ -117,7 +117,9 @@ def gpu_of(t: torch.Tensor) -> str | None:
     return _gpu_class_of(t.device.index or 0) if t.is_cuda else None
 
 
-PDL_ENV = "KERNELGATE_PDL"  # "0": launch without programmatic dependent launch (to compare, or to rule it out)
+# "0": launch without programmatic dependent launch (to compare, or to rule it out). Read at import.
+PDL_ENV = "KERNELGATE_PDL"
+_PDL_OFF = os.environ.get(PDL_ENV) == "0"
 
 
 def _on_sm90(t: torch.Tensor) -> bool:
@@ -130,7 +132,7 @@ def pdl_of(t: torch.Tensor) -> bool:
     """Whether launches on ``t``'s device use programmatic dependent launch: each kernel may
     start (and wait) while the previous one in the stream drains, which hides the launch gap
     between back-to-back kernels. sm_90 and newer, unless ``KERNELGATE_PDL=0``."""
-    return _on_sm90(t) and os.environ.get(PDL_ENV) != "0"
+    return _on_sm90(t) and not _PDL_OFF
 
 
 def _sms(t: torch.Tensor) -> int:
@@ -266,14 +268,13 @@ def column_sum_launch(partial: torch.Tensor, outs: list[torch.Tensor]) -> Launch
 
 
 def layer_norm_fwd(
-    x2, weight, bias, eps: float, variant: str, out=None, cfg: LaunchConfig | None = None, stats: bool = True, env=None
+    x2, weight, bias, eps: float, variant: str, out=None, cfg: LaunchConfig | None = None, stats: bool = True
 ):
     """Run the forward on a validated [M, N] view; returns (y, mean, rstd).
 
     ``out`` optionally supplies those three tensors (tests pass NaN-filled ones);
     ``cfg`` overrides the launch configuration (the tuner). ``stats=False`` (inference)
-    neither allocates nor stores mean and rstd, and returns None for them. ``env``: the
-    call's ``launch_env()``, if it has read it already.
+    neither allocates nor stores mean and rstd, and returns None for them.
     """
     m = x2.shape[0]
     if out is None:
@@ -284,7 +285,7 @@ def layer_norm_fwd(
     if cfg is not None:
         forward_launch(x2, weight, bias, eps, variant, *out, cfg)()
         return out
-    key = forward_key(x2, weight, bias, variant, *out, env=env)
+    key = forward_key(x2, weight, bias, variant, *out)
     args = _forward_args(x2, weight, bias, eps, *out)
     if (kernel := bound(key)) is not None:
         kernel(args)
@@ -293,26 +294,24 @@ def layer_norm_fwd(
     return out
 
 
-def forward_key(x2, weight, bias, variant: str, y, mean, rstd, env=None) -> tuple:
+def forward_key(x2, weight, bias, variant: str, y, mean, rstd) -> tuple:
     """What ``forward_launch`` reads of its arguments but the tensors' data and eps: one bound kernel each."""
-    return ("fwd", variant, x2.shape, x2.stride(0), y.stride(0), x2.get_device(), env or launch_env(),
+    return ("fwd", variant, x2.shape, x2.stride(0), y.stride(0), x2.get_device(), tuned_override(),
             _low_bits(x2, y, weight, bias, mean, rstd))  # fmt: skip
 
 
-def backward_key(dy2, x2, weight, bias, mean, rstd, variant: str, dx, env=None) -> tuple:
+def backward_key(dy2, x2, weight, bias, mean, rstd, variant: str, dx) -> tuple:
     """What ``backward_launch`` reads of its arguments but the tensors' data and the partial sums, whose
     shape follows from the rest and whose address is a fresh allocation's: 512-byte aligned."""
-    return ("bwd", variant, x2.shape, x2.stride(0), dy2.stride(0), dx.stride(0), x2.get_device(), env or launch_env(),
+    return ("bwd", variant, x2.shape, x2.stride(0), dy2.stride(0), dx.stride(0), x2.get_device(), tuned_override(),
             bias is not None, _low_bits(x2, dy2, dx, weight, mean, rstd))  # fmt: skip
 
 
-def layer_norm_bwd(
-    dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg: LaunchConfig | None = None, env=None
-):
+def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg: LaunchConfig | None = None):
     """Run the backward; returns (dx, dw or None, db or None).
 
     ``out`` optionally supplies (dx, dw, db) to write into; ``cfg`` overrides
-    the launch configuration (the tuner); ``env`` as in ``layer_norm_fwd``.
+    the launch configuration (the tuner).
     """
     m = x2.shape[0]
     dx, dw, db = out if out is not None else (torch.empty_like(x2, memory_format=torch.contiguous_format), None, None)
@@ -329,8 +328,7 @@ def layer_norm_bwd(
         if sums:
             column_sum_launch(partial, sums)()
         return dx, dw, db
-    env = env or launch_env()
-    key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx, env)
+    key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx)
     if (kernel := bound(key)) is not None:
         partial = _partial_sums(variant, kernel.grid[0], x2, weight, bias)
         kernel(_backward_args(dy2, x2, weight, mean, rstd, dx, partial))
@@ -338,7 +336,7 @@ def layer_norm_bwd(
         launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx)
         bind(key, launch, len(_backward_args(dy2, x2, weight, mean, rstd, dx, partial)))
     if sums:
-        key = ("sum", partial.shape, len(sums), partial.get_device(), env, _low_bits(*sums))
+        key = ("sum", partial.shape, len(sums), partial.get_device(), tuned_override(), _low_bits(*sums))
         if (kernel := bound(key)) is not None:
             kernel((partial, sums[0], sums[-1]))
         else:
@@ -346,28 +344,20 @@ def layer_norm_bwd(
     return dx, dw, db
 
 
-def launch_env() -> tuple[str | None, str | None]:
-    """The variables that change a launch: another tuned table, programmatic dependent launch off.
-    Read once a call: each read costs about as much host time as a tensor allocation."""
-    return os.environ.get(TUNED_ENV), os.environ.get(PDL_ENV)
-
-
 def _low_bits(*tensors: torch.Tensor | None) -> tuple:
     """Each tensor's dtype and address modulo 16 (None if absent): what a launch reads of where it is
     (vector_width) and what Triton specializes a pointer on (16-byte alignment)."""
-    return tuple(None if t is None else (t.dtype, t.data_ptr() & 15) for t in tensors)
+    return tuple([None if t is None else (t.dtype, t.data_ptr() & 15) for t in tensors])
 
 
 def select_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> str:
-    """Resolve "auto" for one direction under the current tuned table, and refuse rows the fused
+    """Resolve "auto" for one direction under the tuned table in use, and refuse rows the fused
     kernel cannot hold."""
-    return _select_variant(variant, direction, dtype, n, gpu, os.environ.get(TUNED_ENV))
+    return _select_variant(variant, direction, dtype, n, gpu, tuned_override())
 
 
-# Cached: it sits on every call's path. The table override (tuned_env) is part of the key, so that
-# changing it takes effect, as in config.launch_config.
-@functools.cache
-def _select_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None, tuned_env) -> str:
+@functools.cache  # on every call's path; the table override is in the key, so that changing it takes effect
+def _select_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None, tuned) -> str:
     variant = resolve_variant(variant, direction, dtype, n, gpu)
     if variant == "fused" and n > FUSED_MAX_N:
         raise ValueError(
@@ -382,9 +372,8 @@ def _forward(x, normalized_shape, weight, bias, eps, variant, stats=True):
     if not isinstance(variant, str):
         raise TypeError(f"layer_norm: variant must be a string, got {type(variant).__name__}")
     x2, weight, bias = _rows(x, n), _flat(weight), _flat(bias)
-    env = launch_env()
-    variant = _select_variant(variant, "fwd", x.dtype, n, gpu_of(x), env[0])
-    y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, variant, stats=stats, env=env)
+    variant = select_variant(variant, "fwd", x.dtype, n, gpu_of(x))
+    y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, variant, stats=stats)
     return _shaped(y, x.shape), (x2, weight, bias, mean, rstd)
 
 
@@ -401,14 +390,17 @@ class LayerNormFunction(torch.autograd.Function):
     @once_differentiable  # dx is not differentiable again: a second-order gradient raises, never reads 0
     def backward(ctx, dy):
         x2, weight, bias, mean, rstd = ctx.saved_tensors
-        env = launch_env()
-        variant = _select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2), env[0])
-        dx, dw, db = layer_norm_bwd(_rows(dy, x2.shape[1]), x2, weight, bias, mean, rstd, variant, env=env)
+        variant = select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2))
+        dx, dw, db = layer_norm_bwd(_rows(dy, x2.shape[1]), x2, weight, bias, mean, rstd, variant)
         return _shaped(dx, ctx.x_shape), None, dw, db, None, None
 
 
-def _needs_grad(*tensors: torch.Tensor | None) -> bool:
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+def _needs_grad(x: torch.Tensor, weight, bias) -> bool:
+    # Spelled out, not a generator: this is on every call's path. A weight or bias that is not a
+    # tensor reads False here and gets its error from the input checks.
+    return torch.is_grad_enabled() and (
+        x.requires_grad or getattr(weight, "requires_grad", False) or getattr(bias, "requires_grad", False)
+    )
 
 
 def layer_norm(
