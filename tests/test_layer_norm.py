@@ -28,6 +28,7 @@ from kernelgate.kernels.layer_norm.ops import (
     _sms,
     backward_key,
     backward_launch,
+    column_sum_launch,
     forward_key,
     forward_launch,
     gpu_of,
@@ -209,6 +210,30 @@ def test_backward_on_a_balanced_grid(variant, balanced, kernel_device):
     per_sm = next(p for p in range(1, 9) if persistent_programs(case.m, _sms(x) * p, True) < min(case.m, _sms(x) * p))
     cfg = dataclasses.replace(cfg, programs_per_sm=per_sm, balanced_grid=balanced)
     _assert_matches_reference(case, run_layer_norm(case, variant, kernel_device, {"bwd": cfg}))
+
+
+@pytest.mark.parametrize("variant", ["fused", "two_pass"])
+def test_backward_writes_every_partial_sum_before_reading_it(variant, kernel_device):
+    """The partial-sum buffer is not zeroed: NaN left in it must not reach dw or db. Each of the
+    persistent programs takes several row blocks (one row each), so the first writes its rows
+    and the later ones add to them."""
+    x = torch.empty(0, device=kernel_device)
+    case = LayerNormCase(3 * _sms(x) + 1, 300, "float32")
+    x, w, b = case.make_inputs(kernel_device)
+    dy = torch.randn_like(x)
+    _, mean, rstd = layer_norm_fwd(x, w, b, case.eps, "two_pass")
+    cfg = dataclasses.replace(heuristic_config(variant, "bwd", x.dtype, case.n), block_m=1, programs_per_sm=1)
+    dx = torch.full_like(x, float("nan"))
+    launch, partial = backward_launch(dy, x, w, b, mean, rstd, variant, dx, cfg)
+    assert launch.grid[0] < case.m  # several row blocks a program
+    partial.fill_(float("nan"))
+    launch()
+    dw, db = torch.full_like(w, float("nan")), torch.full_like(b, float("nan"))
+    column_sum_launch(partial, [dw, db])()
+    _, dx_ref, dw_ref, db_ref, _, _ = layer_norm_ref(x, w, b, case.eps, dy)
+    for quantity, got, ref in (("dx", dx, dx_ref), ("dw", dw, dw_ref), ("db", db, db_ref)):
+        atol, rtol = case.tolerance(quantity)
+        torch.testing.assert_close(got.double(), ref, atol=atol, rtol=rtol, msg=lambda m, q=quantity: f"{q}: {m}")
 
 
 def test_single_reduction_is_refused_for_float32():

@@ -197,15 +197,15 @@ def forward_launch(
     )  # fmt: skip
 
 
-def _partial_sums(variant: str, programs: int, x2, weight, bias) -> torch.Tensor | None:
+def _partial_sums(programs: int, x2, weight, bias) -> torch.Tensor | None:
     """The backward's fp32 partial sums of dw and db, [slabs, programs, N]: one buffer for both, so
-    one allocation (and one memset) per backward. two_pass accumulates into its rows: they start at
-    zero. Fresh from PyTorch's caching allocator, it is at least 512-byte aligned."""
+    one allocation per backward, never zeroed (every program writes its rows before it reads them;
+    every program has a row block). Fresh from PyTorch's caching allocator, it is at least 512-byte
+    aligned."""
     slabs = (weight is not None) + (bias is not None)
     if not slabs:
         return None
-    alloc = torch.zeros if variant == "two_pass" else torch.empty
-    return alloc((slabs, programs, x2.shape[1]), dtype=torch.float32, device=x2.device)
+    return torch.empty((slabs, programs, x2.shape[1]), dtype=torch.float32, device=x2.device)
 
 
 def _backward_args(dy2, x2, weight, mean, rstd, dx, partial) -> tuple:
@@ -227,7 +227,7 @@ def backward_launch(
     m, n = x2.shape
     cfg = cfg or launch_config(variant, "bwd", x2.dtype, n, gpu_of(x2))
     programs = persistent_programs(cdiv(m, cfg.block_m), _sms(x2) * cfg.programs_per_sm, cfg.balanced_grid)
-    partial = _partial_sums(variant, programs, x2, weight, bias)
+    partial = _partial_sums(programs, x2, weight, bias)
     vec = vector_width(n, x2, dy2, dx, weight)
     prefetch, prefetch_rows = _l2_prefetch(cfg, x2, vec)
     fused_only = dict(TAIL_N=fused_tail_n(n, cfg.block_n),
@@ -330,7 +330,7 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
         return dx, dw, db
     key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx)
     if (kernel := bound(key)) is not None:
-        partial = _partial_sums(variant, kernel.grid[0], x2, weight, bias)
+        partial = _partial_sums(kernel.grid[0], x2, weight, bias)
         kernel(_backward_args(dy2, x2, weight, mean, rstd, dx, partial))
     else:
         launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx)

@@ -421,7 +421,7 @@ def two_pass_bwd_kernel(
     W,  # weight [N] (unused unless HAS_WEIGHT)
     Mean,  # fp32 [M], from the forward
     Rstd,  # fp32 [M], from the forward
-    Partial,  # fp32 [HAS_WEIGHT + HAS_BIAS, programs, N], zeroed: per program, sums of dy * xhat and of dy
+    Partial,  # fp32 [HAS_WEIGHT + HAS_BIAS, programs, N]: per program, sums of dy * xhat and of dy
     stride_x,
     stride_dy,
     stride_dx,
@@ -475,12 +475,13 @@ def two_pass_bwd_kernel(
                 g = dy * tl.load(W + start + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
             xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
             _store_dx(DX, rows, stride_dx, start + cols, mask, g, xhat, c1, c2, rstd)
-            # Each program owns its partial row, so plain read-modify-write is safe.
+            # Each program owns its partial row, so plain read-modify-write is safe. Its first
+            # row block writes the row without reading it: the buffer needs no zeroing.
             if HAS_WEIGHT:
-                dw = tl.load(dw_row + start + cols, mask=col_ok, other=0.0)
+                dw = tl.load(dw_row + start + cols, mask=col_ok & (block != pid), other=0.0)
                 tl.store(dw_row + start + cols, dw + tl.sum(dy * xhat, axis=0), mask=col_ok)
             if HAS_BIAS:
-                db = tl.load(db_row + start + cols, mask=col_ok, other=0.0)
+                db = tl.load(db_row + start + cols, mask=col_ok & (block != pid), other=0.0)
                 tl.store(db_row + start + cols, db + tl.sum(dy, axis=0), mask=col_ok)
 
 
