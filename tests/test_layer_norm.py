@@ -231,9 +231,7 @@ def test_backward_writes_every_partial_sum_before_reading_it(variant, kernel_dev
     dw, db = torch.full_like(w, float("nan")), torch.full_like(b, float("nan"))
     column_sum_launch(partial, [dw, db])()
     _, dx_ref, dw_ref, db_ref, _, _ = layer_norm_ref(x, w, b, case.eps, dy)
-    for quantity, got, ref in (("dx", dx, dx_ref), ("dw", dw, dw_ref), ("db", db, db_ref)):
-        atol, rtol = case.tolerance(quantity)
-        torch.testing.assert_close(got.double(), ref, atol=atol, rtol=rtol, msg=lambda m, q=quantity: f"{q}: {m}")
+    _assert_matches_reference(case, {"dx": (dx, dx_ref), "dw": (dw, dw_ref), "db": (db, db_ref)})
 
 
 def test_single_reduction_is_refused_for_float32():
