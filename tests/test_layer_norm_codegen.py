@@ -117,7 +117,7 @@ def test_auto_kernels_do_not_spill_registers(m, n, dtype, direction):
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("n", [16384, 32768])
+@pytest.mark.parametrize("n", [12288, 16384, 32768])
 def test_auto_kernels_of_wide_rows_do_not_spill_registers(n, dtype, direction):
     # Past 8192 the rules change with the width: the fused forward's warps, two_pass's backward tile.
     variant = select_variant("auto", direction, DTYPES[dtype], n, None)
@@ -190,12 +190,13 @@ def test_pipelined_fused_backward_loads_ahead_through_shared_memory(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("n", [6144, 16384, 32768])
-def test_two_pass_backward_loads_chunks_ahead_where_a_row_takes_four(n, dtype):
-    # The heuristic pipelines the chunk loops of a row of four chunks or more: its x and dy loads
-    # become 16-byte cp.async copies, two chunks ahead, without spills; shorter rows load plainly.
+@pytest.mark.parametrize("n", [6144, 12288, 16384, 32768])
+def test_two_pass_backward_loads_chunks_ahead_past_8192_or_four_chunks(n, dtype):
+    # The heuristic pipelines the chunk loops of rows past 8192 and of rows of four chunks or more:
+    # their x and dy loads become 16-byte cp.async copies, two chunks ahead, without spills; shorter
+    # rows load plainly.
     code, usage, cfg = _compiled("two_pass", "bwd", 8192, n, dtype)
-    pipelined = n >= 16384  # 6144: two chunks of 4096 (fp32), three of 2048 (16-bit)
+    pipelined = n > 8192  # 6144: two chunks of 4096 (fp32), three of 2048 (16-bit); 12288: three of 4096 (16-bit)
     assert cfg.num_stages == (3 if pipelined else 1)
     assert ("LDGSTS.E.BYPASS.128" in code) == pipelined, str(cfg)
     _assert_no_spills_in_chunk_loops(code, usage, str(cfg))

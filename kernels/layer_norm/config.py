@@ -190,19 +190,20 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
             block_m = prev_power_of_2(min(16, max(2048 // block_n, 2 if block_n * size < 8192 else 1)))
             return LaunchConfig(block_m, block_n, _warps_for(block_m * block_n, 32))
         # Two rows a step of chunks up to 4096 (from 512: at most 8 programs per SM); x, dy, xhat and the
-        # dw/db sums live at once: 16 elements a thread. fp32 rows past 8192: 8 rows of 1024 (16384 and
-        # 32768 unpipelined 1.01-1.03x the best on an H200, 2 rows of 4096 1.06x and 1.21x). A row of four
-        # chunks or more loads two chunks ahead (3 stages): on an H200 16-bit 16384 and 32768 ran
-        # 1.19-1.26x faster, fp32 1.06-1.08x; at three chunks (16-bit 6144) within 2% either way.
-        # 16-bit rows from 16384: 4 rows of 4096, 32 elements a thread. Each step reads and writes the
+        # dw/db sums live at once: 16 elements a thread. Rows past 8192 (auto's two_pass backwards): fp32
+        # 8 rows of 1024 (16384 and 32768 unpipelined 1.01-1.03x the best on an H200, 2 rows of 4096 1.06x
+        # and 1.21x); 16-bit 4 rows of 4096, 32 elements a thread. Each step reads and writes the
         # program's fp32 dw/db partial rows (32768: 35 MB on 132 SMs, more than L2), so more rows a step
         # pay. At 8192 rows, against 2 rows of 4096: 16384 1.11-1.13x faster on an H200, 0.99x on an
-        # H100; 32768 1.25-1.28x on both (8 rows of 1024 on 8 warps: 1.26-1.27x on an H100, 0.98x on an H200).
-        wide = n > 8192 if size == 4 else n >= 16384
+        # H100; 32768 1.25-1.28x on both (8 rows of 1024 on 8 warps: 1.26-1.27x on an H100, 0.98x on an
+        # H200); with 3 stages, 10240 1.09-1.10x and 12288 1.05-1.07x on an H100. Those rows, and any of
+        # four chunks or more, load two chunks ahead (3 stages): on an H200 16-bit 16384 and 32768 ran
+        # 1.19-1.26x faster, fp32 1.06-1.08x; at three chunks of 2048 (16-bit 6144) within 2% either way.
+        wide = n > 8192
         wide_tile = (8, 1024) if size == 4 else (4, 4096)
         block_m, block_n = wide_tile if wide else (2, two_pass_block_n(n, size, 4096, 512))
         warps = _warps_for(block_m * block_n, 32 if wide and size < 4 else 16)
-        stages = 3 if cdiv(n, block_n) >= 4 else 1
+        stages = 3 if wide or cdiv(n, block_n) >= 4 else 1
         return LaunchConfig(block_m, block_n, warps, programs_per_sm=max(1, 16 // warps), num_stages=stages)
     block_n, lanes = fused_block_n(direction, n), fused_lanes(direction, n)
     # Short rows: pack several per program, to 4096 elements forward, 8 rows backward.
