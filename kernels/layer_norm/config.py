@@ -196,7 +196,7 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
         # program's fp32 dw/db partial rows (32768: 35 MB on 132 SMs, more than L2), so more rows a step
         # pay. At 8192 rows, against 2 rows of 4096: 16384 1.11-1.13x faster on an H200, 0.99x on an
         # H100; 32768 1.25-1.28x on both (8 rows of 1024 on 8 warps: 1.26-1.27x on an H100, 0.98x on an
-        # H200); with 3 stages, 10240 1.09-1.10x and 12288 1.05-1.07x on an H100. Those rows, and any of
+        # H200); with 3 stages, 9216 and 10240 1.09-1.10x and 12288 1.05x on an H100. Those rows, and any of
         # four chunks or more, load two chunks ahead (3 stages): on an H200 16-bit 16384 and 32768 ran
         # 1.19-1.26x faster, fp32 1.06-1.08x; at three chunks of 2048 (16-bit 6144) within 2% either way.
         wide = n > 8192
