@@ -245,17 +245,17 @@ def launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu:
     return _launch_config(variant, direction, dtype, n, gpu, _tuned_override)
 
 
-# Cached: it sits on every launch's path (~1 us to look up, ~7 us to build). tuned_env
-# (the table override) is part of the key so that changing it takes effect.
+# Cached: it sits on every launch's path (~1 us to look up, ~7 us to build). The table override
+# is part of the key so that changing it takes effect.
 @functools.cache
-def _launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None, tuned_env: str | None):
-    tuned = _tuned_entry(tuned_key(variant, direction, dtype, n), gpu, tuned_env)
+def _launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None, override: str | None):
+    tuned = _tuned_entry(tuned_key(variant, direction, dtype, n), gpu, override)
     return LaunchConfig(**tuned) if tuned is not None else heuristic_config(variant, direction, dtype, n)
 
 
 @functools.cache
-def _tuned_entry(key: str, gpu: str | None, tuned_env: str | None) -> dict | None:
-    return _tuned_table(tuned_file()).get(gpu or "", {}).get(key)
+def _tuned_entry(key: str, gpu: str | None, override: str | None) -> dict | None:
+    return _tuned_table(Path(override or TUNED_FILE)).get(gpu or "", {}).get(key)
 
 
 @functools.cache
