@@ -9,11 +9,11 @@
 """
 
 import os
-import zlib
 from pathlib import Path
 
 import pytest
 import torch
+from support import split
 
 from kernelgate.kernels.device import interpreter_mode
 
@@ -39,21 +39,33 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+def compiled(item) -> tuple[str, str] | None:
+    """The ``compiles`` marker's (kernel shape, kernels), or None for a test that compiles little."""
+    marker = item.get_closest_marker("compiles")
+    return marker.args if marker else None
+
+
 def pytest_collection_modifyitems(config, items):
-    """``--shard K/N``: keep the tests whose node id hashes to share K (the same split on every runner)."""
+    """Tests that compile slow kernels (marker ``compiles``) stay together where that saves compiles.
+
+    ``--shard K/N`` keeps share K (``support.split``): one kernel shape's tests on one shard. Under
+    ``--dist loadgroup`` one worker runs the tests that build the same kernels, and these run first,
+    so that their compiles start at once on separate workers."""
     k, n = (int(v) for v in config.getoption("--shard").split("/"))
-    if n == 1:
-        return
-    keep, drop = [], []
+    if n > 1:
+        share = split.shares([(item.nodeid, (compiled(item) or (None,))[0]) for item in items], n)
+        config.hook.pytest_deselected(items=[item for item, s in zip(items, share, strict=True) if s != k - 1])
+        items[:] = [item for item, s in zip(items, share, strict=True) if s == k - 1]
     for item in items:
-        (keep if zlib.crc32(item.nodeid.encode()) % n == k - 1 else drop).append(item)
-    config.hook.pytest_deselected(items=drop)
-    items[:] = keep
+        if group := compiled(item):
+            item.add_marker(pytest.mark.xdist_group(":".join(group)))
+    items.sort(key=lambda item: compiled(item) is None)
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "kernel: runs Triton kernels (interpreter or GPU)")
     config.addinivalue_line("markers", "gpu: needs a CUDA device even for kernels run by other backends")
+    config.addinivalue_line("markers", "compiles(shape, kernels): builds slow kernels (grouped below)")
 
 
 def pytest_report_header(config):

@@ -25,7 +25,22 @@ from kernelgate.kernels.attention.ops import (
 )
 from kernelgate.kernels.attention.reference import attention_varlen_ref
 
-CASE_IDS = [c.name for c in CORRECTNESS_CASES]
+# Tests that build the same kernels share a ``compiles`` marker: tests/conftest.py runs them together.
+EMPTY_BATCH = AttentionCase(6, 2, 128, 128, causal=True, lengths_q=(0, 0))
+SINGLE_TOKENS = AttentionCase(6, 2, 128, 128, causal=True, lengths_q=(1, 1, 1))
+
+
+def compiling(case: AttentionCase, kernels: str):
+    return pytest.mark.compiles(case.kernel_shape, kernels)
+
+
+def cases(chosen: list[AttentionCase], kernels: str) -> list:
+    return [pytest.param(c, id=c.name, marks=compiling(c, kernels)) for c in chosen]
+
+
+def cases_by_mode(chosen: list[AttentionCase]) -> list:
+    """(case, accum) pairs, each marked with the backward kernel it builds."""
+    return [pytest.param(c, a, id=f"{c.name}-{a}", marks=compiling(c, a)) for c in chosen for a in ACCUM_MODES]
 
 
 def check_close(name: str, got: torch.Tensor, ref: torch.Tensor, tol: float) -> None:
@@ -79,7 +94,7 @@ def reference(case: AttentionCase, x: dict) -> dict:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", CORRECTNESS_CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", cases(CORRECTNESS_CASES, "forward"))
 def test_forward_matches_float32_reference(case, cuda_device):
     x = case.make_inputs(cuda_device)
     o, lse = run_forward(case, x)
@@ -89,8 +104,7 @@ def test_forward_matches_float32_reference(case, cuda_device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("accum", ACCUM_MODES)
-@pytest.mark.parametrize("case", CORRECTNESS_CASES, ids=CASE_IDS)
+@pytest.mark.parametrize(("case", "accum"), cases_by_mode(CORRECTNESS_CASES))
 def test_backward_matches_float32_reference(case, accum, cuda_device):
     skip_unless_supported(accum, cuda_device)
     x = case.make_inputs(cuda_device)
@@ -102,7 +116,7 @@ def test_backward_matches_float32_reference(case, accum, cuda_device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", CORRECTNESS_CASES[:2] + CORRECTNESS_CASES[-1:], ids=CASE_IDS[:2] + CASE_IDS[-1:])
+@pytest.mark.parametrize("case", cases(CORRECTNESS_CASES[:2] + CORRECTNESS_CASES[-1:], "every mode"))
 def test_accumulation_modes_agree_within_atomic_rounding(case, cuda_device):
     """Same inputs, three ways of summing float32 tiles: only the order of the adds differs
     (float32 rounding, ~1e-6 of the partial sums), so after the cast to the output dtype
@@ -122,7 +136,7 @@ def test_accumulation_modes_agree_within_atomic_rounding(case, cuda_device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", [CORRECTNESS_CASES[0], CORRECTNESS_CASES[4]], ids=[CASE_IDS[0], CASE_IDS[4]])
+@pytest.mark.parametrize("case", cases([CORRECTNESS_CASES[0], CORRECTNESS_CASES[4]], "autograd"))
 def test_autograd_matches_sdpa_per_sequence(case, cuda_device):
     """The public function through autograd against torch's SDPA run in float32, one sequence
     at a time: an oracle independent of this repo's reference. q, k, v are non-contiguous
@@ -166,10 +180,9 @@ def run_autograd(case: AttentionCase, x: dict, accum: str):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("accum", ACCUM_MODES)
-def test_a_batch_of_empty_sequences(accum, cuda_device):
+@pytest.mark.parametrize(("case", "accum"), cases_by_mode([EMPTY_BATCH]))
+def test_a_batch_of_empty_sequences(case, accum, cuda_device):
     skip_unless_supported(accum, cuda_device)
-    case = AttentionCase(6, 2, 128, 128, causal=True, lengths_q=(0, 0))
     x = case.make_inputs(cuda_device)
     o, grads = run_autograd(case, x, accum)
     assert o.shape == (0, 6, 128)
@@ -177,12 +190,11 @@ def test_a_batch_of_empty_sequences(accum, cuda_device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("accum", ACCUM_MODES)
-def test_single_token_sequences(accum, cuda_device):
+@pytest.mark.parametrize(("case", "accum"), cases_by_mode([SINGLE_TOKENS]))
+def test_single_token_sequences(case, accum, cuda_device):
     """A lone token attends only to itself: o = v of its key/value head, dv sums do over the
     group, and no gradient reaches q or k (softmax over one key is constant)."""
     skip_unless_supported(accum, cuda_device)
-    case = AttentionCase(6, 2, 128, 128, causal=True, lengths_q=(1, 1, 1))
     x = case.make_inputs(cuda_device)
     o, (dq, dk, dv) = run_autograd(case, x, accum)
     groups = case.heads // case.heads_kv

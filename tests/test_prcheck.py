@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from asv.results import Results
+from support import split
 from support.shards import JUNIT, S1, S2, THRESHOLDS, fake_shard, timing_record, two_fake_shards
 
 from kernelgate.kernels.device import interpreter_mode
@@ -194,6 +196,40 @@ def test_shards_balance_an_attention_backward_by_its_work():
     assert all("gqa8-128-causal" not in c.id for c in with_long)
 
 
+@pytest.mark.parametrize("count", [2, 3, 4])
+def test_tests_that_build_the_same_kernels_share_a_shard(count):
+    """Each key's tests on one shard, keys balanced by their tests, the others by node id: every
+    runner computes the same split whatever the order it collected the tests in."""
+    tests = [(f"t.py::a[{i}]", f"shape{i % 5}") for i in range(33)] + [(f"t.py::b[{i}]", None) for i in range(400)]
+    share = split.shares(tests, count)
+    assert set(share) == set(range(count))
+    by_key = {}
+    for (_, key), s in zip(tests, share, strict=True):
+        by_key.setdefault(key, set()).add(s)
+    assert all(len(shards) == 1 for key, shards in by_key.items() if key is not None)
+    keyed = [sum(1 for (_, key), s in zip(tests, share, strict=True) if key and s == k) for k in range(count)]
+    assert max(keyed) - min(keyed) <= 7, "no shard takes two keys while another has none"
+    assert split.shares(tests[::-1], count) == share[::-1]
+
+
+def test_the_attention_tests_of_one_kernel_shape_run_on_one_shard():
+    """What the PR check's shards collect: a partition of the tests, one kernel shape's GPU tests on one shard."""
+    ids = []
+    for k in range(1, 5):
+        argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", f"--shard={k}/4",
+                "tests/test_attention.py"]  # fmt: skip
+        out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        ids.append([line for line in out.splitlines() if "::" in line])
+    everything = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/test_attention.py"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert sorted(i for shard in ids for i in shard) == sorted(i for i in everything.splitlines() if "::" in i)
+    shapes = [{m.group(0) for i in shard if (m := re.search(r"h\d+kv\d+-d\d+x\d+-\w+-\w+16", i))} for shard in ids]
+    assert all(shapes), "every shard builds some kernel shape"
+    assert sum(len(s) for s in shapes) == len(set().union(*shapes)), "no kernel shape on two shards"
+
+
 def test_base_warms_every_case_the_check_times_on_it(groups):
     """Base's warm-up leaves out the references; every LayerNorm time case the group selects is ours."""
     from benchmarks import bench_layer_norm
@@ -217,6 +253,7 @@ def test_base_warms_every_case_the_check_times_on_it(groups):
 FAKE_SUITE = """
 import json
 import os
+import re
 import subprocess
 
 NOW = [0.0]

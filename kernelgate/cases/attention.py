@@ -54,8 +54,13 @@ class AttentionCase:
                 lens += "_kv" + "-".join(map(str, self.lengths_k))
         else:
             lens = f"b{self.batch}x{self.min_len}to{self.max_len}s{self.seed}"
+        return f"{lens}-{self.kernel_shape}"
+
+    @property
+    def kernel_shape(self) -> str:
+        """What its compiled kernels depend on (the lengths are symbolic): cases that share it share kernels."""
         mask = "causal" if self.causal else "full"
-        return f"{lens}-h{self.heads}kv{self.heads_kv}-d{self.dim_qk}x{self.dim_v}-{mask}-{self.dtype}"
+        return f"h{self.heads}kv{self.heads_kv}-d{self.dim_qk}x{self.dim_v}-{mask}-{self.dtype}"
 
     @property
     def torch_dtype(self) -> torch.dtype:

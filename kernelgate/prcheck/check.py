@@ -236,10 +236,12 @@ def run_tests(plan: Plan, out: Path, steps: Steps) -> None:
         head = plan.side("head")
         k, n = plan.shard
         junit = out / TEST_REPORT
-        # Correctness only: pytest-benchmark's timing is off (it would warn once per xdist worker).
+        # Correctness only: pytest-benchmark's timing is off (it would warn once per xdist worker). loadgroup:
+        # the tests that build one kernel run on one worker (tests/conftest.py groups them), the others one by one.
         workers = str(min(TEST_PROCESSES, available_cpus()))
         argv = [str(head.python), "-m", "pytest", *plan.tests, "-p", "no:cacheprovider", "-q", "-n", workers,
-                "--benchmark-disable", "--require-gpu", f"--shard={k}/{n}", f"--junitxml={junit}"]  # fmt: skip
+                "--dist", "loadgroup", "--benchmark-disable", "--require-gpu", f"--shard={k}/{n}",
+                f"--junitxml={junit}"]  # fmt: skip
         code = subprocess.run(argv, cwd=head.tree, env={**os.environ, **head.env}, check=False).returncode
         # 5: this shard drew no test. Failures are the gate's to judge, from the JUnit XML.
         print(f"pytest exit code {code}", flush=True)
