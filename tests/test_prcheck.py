@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import typing
 from pathlib import Path
 
 import pytest
@@ -825,6 +826,28 @@ def test_a_shard_warms_the_workloads_of_its_own_cases():
     assert len({item[-1] for item in warm.for_cases(todo, cases) if item[1] == "gqa8-64-full"}) == 3
 
 
+class FakeTests:
+    """subprocess.Popen for the GPU tests: records when they start, are waited for or killed."""
+
+    events: typing.ClassVar[list] = []
+
+    def __init__(self, argv, **kwargs):
+        self.events.append(("start", argv))
+
+    def wait(self):
+        self.events.append("wait")
+        return 0
+
+    def kill(self):
+        self.events.append("kill")
+
+
+def plan_with_tests(tmp_path) -> check.Plan:
+    plan = check.Plan("a" * 40, "b" * 40, {}, ["layer_norm"], {}, (1, 1), ["tests/test_layer_norm.py"], [])
+    plan.sides["head"] = {"commit": "b" * 40, "tree": str(tmp_path), "python": "python", "env": {}, "log": "log"}
+    return plan
+
+
 def test_a_runner_pinned_to_some_cores_sizes_its_processes_by_them(tmp_path, monkeypatch):
     """Four runners on a four-GPU host, each pinned to a quarter of the cores: each warms and tests with its
     own quarter, not with processes for every core of the host."""
@@ -832,9 +855,25 @@ def test_a_runner_pinned_to_some_cores_sizes_its_processes_by_them(tmp_path, mon
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     assert parallel.available_cpus() == 16
     assert parallel.default_jobs(12) == 12 and parallel.default_jobs(32) == 14
-    plan = check.Plan("a" * 40, "b" * 40, {}, ["layer_norm"], {}, (1, 1), ["tests/test_layer_norm.py"], [])
-    plan.sides["head"] = {"commit": "b" * 40, "tree": str(tmp_path), "python": "python", "env": {}, "log": "log"}
-    seen = []
-    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: seen.append(argv) or subprocess.CompletedProcess(argv, 0))
-    check.run_tests(plan, tmp_path, check.Steps())
-    assert seen[0][seen[0].index("-n") + 1] == str(min(check.TEST_PROCESSES, 16))
+    monkeypatch.setattr(subprocess, "Popen", FakeTests)
+    FakeTests.events = []
+    with check.tests_beside(plan_with_tests(tmp_path), tmp_path, check.Steps()):
+        pass
+    argv = FakeTests.events[0][1]
+    assert argv[argv.index("-n") + 1] == str(min(check.TEST_PROCESSES, 16))
+
+
+def test_the_gpu_tests_end_before_the_benchmarks_start(tmp_path, monkeypatch):
+    """They run beside choosing the cases and the warm-up, never beside a timed benchmark; a step that
+    fails beside them stops them."""
+    monkeypatch.setattr(subprocess, "Popen", FakeTests)
+    FakeTests.events = []
+    steps = check.Steps()
+    with check.tests_beside(plan_with_tests(tmp_path), tmp_path, steps):
+        FakeTests.events.append("warm-up")
+    assert [e if isinstance(e, str) else e[0] for e in FakeTests.events] == ["start", "warm-up", "wait"]
+    assert [name for name, _, outcome in steps.times if outcome == "ok"] == ["GPU tests"]
+    FakeTests.events = []
+    with pytest.raises(check.CheckError), check.tests_beside(plan_with_tests(tmp_path), tmp_path, steps):
+        raise check.CheckError("the warm-up failed")
+    assert FakeTests.events[1:] == ["kill", "wait"]

@@ -10,6 +10,7 @@ Exit code: 0 passed, 1 failed, 2 could not evaluate. The report is written in ev
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -147,10 +148,9 @@ def run(args: argparse.Namespace) -> int:
         plan = check.prepare(args, steps)
         if not plan.groups:
             return finish(out, plan, steps, None, 0)
-        if not args.skip_tests:
-            check.run_tests(plan, out, steps)
-        cases = check.choose(plan, out, steps)
-        check.warm_up(plan, steps, cases)
+        with contextlib.nullcontext() if args.skip_tests else check.tests_beside(plan, out, steps):
+            cases = check.choose(plan, out, steps)
+            check.warm_up(plan, steps, cases)
         records = check.measure(plan, steps, cases)
         (out / check.MEASUREMENTS).write_text(json.dumps(records))
         check.write_results(plan, out, records)

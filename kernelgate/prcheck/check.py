@@ -1,4 +1,5 @@
-"""The PR check, step by step: environment, selection, GPU tests, cases, JIT warm-up, benchmarks, gate, report.
+"""The PR check, step by step: environment, selection, GPU tests beside cases and JIT warm-up, benchmarks, gate,
+report.
 
 Everything a step needs is in its output folder (``--out``): the manifest (commits, machine,
 selection, shard, the cases measured, each step's time), each commit's suite, the raw measurements,
@@ -229,22 +230,41 @@ def prepare(args, steps: Steps) -> Plan:
                 chosen.tests(groups), benchmarks, sides, dates, judging_changes=changes)  # fmt: skip
 
 
-def run_tests(plan: Plan, out: Path, steps: Steps) -> None:
+@contextlib.contextmanager
+def tests_beside(plan: Plan, out: Path, steps: Steps):
+    """The GPU tests run while the block runs (choosing the cases, the JIT warm-up: compiles, nothing timed),
+    so that their compiles fill the cores the others leave idle. Leaving the block waits for them: no test
+    runs while a benchmark is timed. Their output is printed when they end."""
     if not plan.tests:
+        yield
         return
-    with steps("GPU tests"):
-        head = plan.side("head")
-        k, n = plan.shard
-        junit = out / TEST_REPORT
-        # Correctness only: pytest-benchmark's timing is off (it would warn once per xdist worker). loadgroup:
-        # the tests that build one kernel run on one worker (tests/conftest.py groups them), the others one by one.
-        workers = str(min(TEST_PROCESSES, available_cpus()))
-        argv = [str(head.python), "-m", "pytest", *plan.tests, "-p", "no:cacheprovider", "-q", "-n", workers,
-                "--dist", "loadgroup", "--benchmark-disable", "--require-gpu", f"--shard={k}/{n}",
-                f"--junitxml={junit}"]  # fmt: skip
-        code = subprocess.run(argv, cwd=head.tree, env={**os.environ, **head.env}, check=False).returncode
-        # 5: this shard drew no test. Failures are the gate's to judge, from the JUnit XML.
-        print(f"pytest exit code {code}", flush=True)
+    head = plan.side("head")
+    k, n = plan.shard
+    junit, log_path = out / TEST_REPORT, out / "logs" / "gpu-tests.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    # Correctness only: pytest-benchmark's timing is off (it would warn once per xdist worker). loadgroup:
+    # the tests that build one kernel run on one worker (tests/conftest.py groups them), the others one by one.
+    workers = str(min(TEST_PROCESSES, available_cpus()))
+    argv = [str(head.python), "-m", "pytest", *plan.tests, "-p", "no:cacheprovider", "-q", "-n", workers,
+            "--dist", "loadgroup", "--benchmark-disable", "--require-gpu", f"--shard={k}/{n}",
+            f"--junitxml={junit}"]  # fmt: skip
+    print(f"GPU tests started beside the next steps (log: {log_path})", flush=True)
+    start = time.perf_counter()
+    env = {**os.environ, **head.env}
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(argv, cwd=head.tree, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        code = proc.wait()
+        seconds = time.perf_counter() - start
+        steps.times.append(("GPU tests", seconds, "ok" if code in (0, 1, 5) else "failed"))
+    # 1: a test failed, 5: this shard drew none. Failures are the gate's to judge, from the JUnit XML.
+    print(f"\n==> GPU tests\n{log_path.read_text(errors='replace')}pytest exit code {code}", flush=True)
+    print(f"<== GPU tests: {seconds:.1f} s", flush=True)
 
 
 def choose(plan: Plan, out: Path, steps: Steps) -> dict[str, list[bench.Case]]:
