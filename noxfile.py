@@ -113,12 +113,12 @@ def tests(session: nox.Session) -> None:
     session.log("GPU found: GPU tests run and must pass" if gpu else "no GPU: GPU tests will SKIP")
     junit = os.environ.get("KERNELGATE_JUNIT_DIR")  # one JUnit XML per pytest run, for the gate
     report = lambda name: [f"--junitxml={Path(junit) / name}.xml"] if junit else []
-    # Interpreted tests spread one by one (most live in one file); compiled ones by file, so that a
-    # module's ahead-of-time compiles happen once.
+    # Interpreted tests spread one by one (most live in one file); compiled ones one by one too, except
+    # xdist groups (tests/conftest.py): a module's ahead-of-time compiles, or one attention kernel's tests.
     interpreted = ["-m", "kernel", "-n", "auto", *report("interpreter"), *session.posargs]
     session.run(python, "-m", "pytest", *interpreted, env={"TRITON_INTERPRET": "1"}, external=True)
     gpu_args = ["--require-gpu"] if gpu else []
-    compiled = [*gpu_args, "-n", "auto", "--dist", "loadfile", *report("compiled"), *session.posargs]
+    compiled = [*gpu_args, "-n", "auto", "--dist", "loadgroup", *report("compiled"), *session.posargs]
     session.run(python, "-m", "pytest", *compiled, external=True)
 
 

@@ -30,7 +30,11 @@ from kernelgate.kernels.attention import ACCUM_MODES, flash_attn_varlen_func, op
 from kernelgate.kernels.device import interpreter_mode
 from kernelgate.measure.workloads import attention_shape
 
-pytestmark = pytest.mark.skipif(interpreter_mode(), reason="compiled-mode check; runs in the other pytest process")
+# One xdist worker compiles this module's kernels once (functools.cache, a disk cache per process).
+pytestmark = [
+    pytest.mark.skipif(interpreter_mode(), reason="compiled-mode check; runs in the other pytest process"),
+    pytest.mark.xdist_group("attention-codegen"),
+]
 
 ARCH = "sm_90a"  # bare "cuda" would silently mean sm_50
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"

@@ -25,7 +25,11 @@ from kernelgate.kernels.layer_norm.config import (
 )
 from kernelgate.kernels.layer_norm.ops import backward_launch, column_sum_launch, forward_launch, select_variant
 
-pytestmark = pytest.mark.skipif(interpreter_mode(), reason="ahead-of-time compile: runs in the compiled pytest process")
+# One xdist worker compiles this module's kernels once (functools.cache, a disk cache per process).
+pytestmark = [
+    pytest.mark.skipif(interpreter_mode(), reason="ahead-of-time compile: runs in the compiled pytest process"),
+    pytest.mark.xdist_group("layer-norm-codegen"),
+]
 
 
 def _meta_launch(variant: str, direction: str, m: int, n: int, dt: torch.dtype, cfg: LaunchConfig):

@@ -18,6 +18,9 @@ import pytest
 from ruamel.yaml import YAML
 from support.shards import JUNIT, two_fake_shards
 
+# One xdist worker builds the rehearsal repository (a module fixture) once.
+pytestmark = pytest.mark.xdist_group("workflow-rehearsal")
+
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = {
     name: job
