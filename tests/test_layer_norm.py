@@ -234,6 +234,32 @@ def test_backward_writes_every_partial_sum_before_reading_it(variant, kernel_dev
     _assert_matches_reference(case, {"dx": (dx, dx_ref), "dw": (dw, dw_ref), "db": (db, db_ref)})
 
 
+@pytest.mark.parametrize("affine", ["weight and bias", "weight", "bias", "neither"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_two_pass_backward_with_column_grads(affine, dtype, kernel_device):
+    """The row kernel writes dx alone and the column kernel sums dw and db from x and dy: rows and
+    columns no multiple of its 64 x 64 tile, a large mean, and either parameter absent."""
+    case = _sized(LayerNormCase(67, 1000, dtype, offset=1e3))
+    x, w, b = case.make_inputs(kernel_device)
+    w, b = (w if "weight" in affine else None), (b if "bias" in affine else None)
+    dy = torch.randn_like(x)
+    _, mean, rstd = layer_norm_fwd(x, w, b, case.eps, "two_pass")
+    cfg = dataclasses.replace(heuristic_config("two_pass", "bwd", x.dtype, case.n), column_grads=True)
+    out = [None if t is None else torch.full_like(t, float("nan")) for t in (x, w, b)]
+    dx, dw, db = layer_norm_bwd(dy, x, w, b, mean, rstd, "two_pass", out, cfg)
+    _, dx_ref, dw_ref, db_ref, _, _ = layer_norm_ref(x, w, b, case.eps, dy)
+    results = {"dx": (dx, dx_ref), "dw": (dw, dw_ref), "db": (db, db_ref)}
+    _assert_matches_reference(case, {q: pair for q, pair in results.items() if pair[1] is not None})
+    assert (dw is None) == (w is None) and (db is None) == (b is None)
+
+
+def test_column_grads_is_refused_for_the_fused_backward():
+    x = torch.empty(4, 64)
+    cfg = dataclasses.replace(heuristic_config("fused", "bwd", x.dtype, 64), column_grads=True)
+    with pytest.raises(ValueError, match="column_grads, which only the two_pass backward has"):
+        backward_launch(x, x, None, None, x[:, 0], x[:, 0], "fused", x, cfg)
+
+
 def test_single_reduction_is_refused_for_float32():
     x = torch.randn(4, 64)
     cfg = dataclasses.replace(heuristic_config("fused", "fwd", x.dtype, 64), single_reduction=True)

@@ -23,7 +23,13 @@ from kernelgate.kernels.layer_norm.config import (
     read_tuned_table,
     tuned_file,
 )
-from kernelgate.kernels.layer_norm.ops import backward_launch, column_sum_launch, forward_launch, select_variant
+from kernelgate.kernels.layer_norm.ops import (
+    backward_launch,
+    column_grads_launch,
+    column_sum_launch,
+    forward_launch,
+    select_variant,
+)
 
 # One xdist worker compiles this module's kernels once (functools.cache, a disk cache per process).
 pytestmark = [
@@ -33,12 +39,15 @@ pytestmark = [
 
 
 def _meta_launch(variant: str, direction: str, m: int, n: int, dt: torch.dtype, cfg: LaunchConfig):
-    """The launch the runtime would build, on meta tensors; ``column_sum`` is the backward's second kernel."""
+    """The launch the runtime would build, on meta tensors; ``column_sum`` and ``column_grads`` are the
+    backward's second kernel (after partial sums, and with ``column_grads``)."""
     x = torch.empty(m, n, dtype=dt, device="meta")
     w = torch.empty(n, dtype=dt, device="meta")
     stats = torch.empty(m, dtype=torch.float32, device="meta")
     if direction == "fwd":
         return forward_launch(x, w, w, 1e-5, variant, x, stats, stats, cfg)
+    if variant == "column_grads":
+        return column_grads_launch(x, x, stats, stats, w, w)
     launch, partial = backward_launch(x, x, w, w, stats, stats, "fused" if variant == "column_sum" else variant, x, cfg)
     return column_sum_launch(partial, [w, w]) if variant == "column_sum" else launch
 
@@ -195,15 +204,30 @@ def test_pipelined_fused_backward_loads_ahead_through_shared_memory(dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("n", [6144, 12288, 16384, 32768])
-def test_two_pass_backward_loads_chunks_ahead_past_8192_or_four_chunks(n, dtype):
-    # The heuristic pipelines the chunk loops of rows past 8192 and of rows of four chunks or more:
+def test_two_pass_backward_past_8192_or_four_chunks(n, dtype):
+    # The heuristic pipelines the chunk loops of fp32 rows past 8192 and of rows of four chunks or more:
     # their x and dy loads become 16-byte cp.async copies, two chunks ahead, without spills; shorter
-    # rows load plainly.
+    # rows load plainly. 16-bit rows past 8192 write dx alone (column_grads): pass 1 asks L2 to keep
+    # x and dy (evict_last), pass 2 lets them go (evict_first), and no partial sums are stored.
     code, usage, cfg = _compiled("two_pass", "bwd", 8192, n, dtype)
-    pipelined = n > 8192  # 6144: two chunks of 4096 (fp32), three of 2048 (16-bit); 12288: three of 4096 (16-bit)
+    wide = n > 8192  # 6144: two chunks of 4096 (fp32), three of 2048 (16-bit)
+    assert cfg.column_grads == (wide and dtype != "float32")
+    pipelined = wide and not cfg.column_grads
     assert cfg.num_stages == (3 if pipelined else 1)
     assert ("LDGSTS.E.BYPASS.128" in code) == pipelined, str(cfg)
+    hints = ("LDG.E.EL.128" in code, "LDG.E.EF.128" in code)
+    assert hints == ((True, True) if cfg.column_grads else (False, False)), str(cfg)
+    if cfg.column_grads:
+        assert set(re.findall(r"\bSTG\.\S+", code)) == {"STG.E.128"}, "dx alone is stored"
     _assert_no_spills_in_chunk_loops(code, usage, str(cfg))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_column_grads_kernel_lets_the_rows_go_and_keeps_its_sums_in_registers(dtype):
+    cfg = launch_config("two_pass", "bwd", DTYPES[dtype], 16384, None)
+    code, usage, _ = _compiled("column_grads", "bwd", 8192, 16384, dtype, cfg)
+    assert "LDG.E.EF" in code, "x and dy loaded evict_first"
+    _assert_no_spills(code, usage, "column_grads")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

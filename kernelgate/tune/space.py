@@ -122,6 +122,10 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
             for num_stages in _backward_stages(variant, n, t.block_n)
             if programs * t.num_warps <= MAX_RESIDENT_WARPS
         ]
+    if variant == "two_pass" and direction == "bwd" and n > FUSED_BWD_REGISTER_LANES:
+        # Where auto runs it: dw and db also by the column kernel (column_grads), after a dx-only row kernel
+        # of one or two rows a step (the only row counts it ran fastest at on an H100).
+        tiles += [dataclasses.replace(t, column_grads=True) for t in tiles if t.block_m <= 2]
     if variant == "fused":
         # Both pay in registers what they save in latency; which wins depends on the tile (on an H200
         # each was 0.70-1.09x the plain forward).

@@ -63,6 +63,10 @@ class LaunchConfig:
     # into L2 the rows this many times the SM count of row blocks later (0: off). About one resident
     # grid ahead pays in the forward; further, the rows are evicted before use.
     prefetch_per_sm: int = 0
+    # two_pass backward only: the row kernel writes dx alone and a column kernel sums dw and db,
+    # reading x and dy once more, instead of each program adding its rows to fp32 partial rows of
+    # its own (read and written every step, summed by column_sum_kernel).
+    column_grads: bool = False
 
 
 # Host-side integer helpers. triton.cdiv and triton.next_power_of_2 are
@@ -190,19 +194,18 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
             block_m = prev_power_of_2(min(16, max(2048 // block_n, 2 if block_n * size < 8192 else 1)))
             return LaunchConfig(block_m, block_n, _warps_for(block_m * block_n, 32))
         # Two rows a step of chunks up to 4096 (from 512: at most 8 programs per SM); x, dy, xhat and the
-        # dw/db sums live at once: 16 elements a thread. Rows past 8192 (auto's two_pass backwards): fp32
-        # 8 rows of 1024 (16384 and 32768 unpipelined 1.01-1.03x the best on an H200, 2 rows of 4096 1.06x
-        # and 1.21x); 16-bit 4 rows of 4096, 32 elements a thread. Each step reads and writes the
-        # program's fp32 dw/db partial rows (32768: 35 MB on 132 SMs, more than L2), so more rows a step
-        # pay. At 8192 rows, against 2 rows of 4096: 16384 1.11-1.13x faster on an H200, 0.99x on an
-        # H100; 32768 1.25-1.28x on both (8 rows of 1024 on 8 warps: 1.26-1.27x on an H100, 0.98x on an
-        # H200); with 3 stages, 9216 and 10240 1.09-1.10x and 12288 1.05x on an H100. Those rows, and any of
-        # four chunks or more, load two chunks ahead (3 stages): on an H200 16-bit 16384 and 32768 ran
-        # 1.19-1.26x faster, fp32 1.06-1.08x; at three chunks of 2048 (16-bit 6144) within 2% either way.
+        # dw/db sums live at once: 16 elements a thread. Rows past 8192 (auto's two_pass backwards):
+        # fp32 8 rows of 1024 (16384 and 32768 unpipelined 1.01-1.03x the best on an H200, 2 rows of 4096
+        # 1.06x and 1.21x), loading two chunks ahead (3 stages; 1.06-1.08x on an H200). Each of its steps
+        # reads and writes the program's fp32 dw/db partial rows (32768: 35 MB on 132 SMs, more than L2).
+        # 16-bit rows past 8192 write dx alone, one row of 4096-column chunks a step on 8 warps, and a
+        # column kernel sums dw and db (column_grads): on an H100 at 8192 rows 1.05-1.24x the 4-row tile
+        # with partial rows (12288 1.05x, 14336 1.15x, 16384 1.22x, 32768 1.18x).
+        if n > 8192 and size < 4:
+            return LaunchConfig(1, 4096, 8, programs_per_sm=2, column_grads=True)
         wide = n > 8192
-        wide_tile = (8, 1024) if size == 4 else (4, 4096)
-        block_m, block_n = wide_tile if wide else (2, two_pass_block_n(n, size, 4096, 512))
-        warps = _warps_for(block_m * block_n, 32 if wide and size < 4 else 16)
+        block_m, block_n = (8, 1024) if wide else (2, two_pass_block_n(n, size, 4096, 512))
+        warps = _warps_for(block_m * block_n, 16)
         stages = 3 if wide or cdiv(n, block_n) >= 4 else 1
         return LaunchConfig(block_m, block_n, warps, programs_per_sm=max(1, 16 // warps), num_stages=stages)
     block_n, lanes = fused_block_n(direction, n), fused_lanes(direction, n)

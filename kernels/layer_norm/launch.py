@@ -53,6 +53,7 @@ class Bound:
             raise TypeError(f"{launch.kernel.__name__}: constexpr parameters must follow the runtime ones")
         self.compiled = compiled
         self.grid = (*launch.grid, 1, 1)[:3]
+        self.constexprs = launch.constexprs  # what it was compiled with
         # The launcher takes every parameter in order; it skips the constexprs' values.
         self.trailing = (*launch.args[leading:], *(launch.constexprs[name] for name in names[len(launch.args) :]))
         self.device = launch.args[0].get_device()

@@ -433,6 +433,7 @@ def two_pass_bwd_kernel(
     BLOCK_N: tl.constexpr,
     VEC: tl.constexpr,
     NUM_STAGES: tl.constexpr,  # > 1: the next chunks' x and dy load (cp.async) during this one's math
+    PARTIAL_SUMS: tl.constexpr,  # False: dx only (column_grads_kernel sums dw and db)
 ):
     N, stride_x = _aligned(N, VEC), _aligned(stride_x, VEC)
     stride_dy, stride_dx = _aligned(stride_dy, VEC), _aligned(stride_dx, VEC)
@@ -440,6 +441,10 @@ def two_pass_bwd_kernel(
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     dw_row, db_row = _partial_rows(Partial, N, HAS_WEIGHT)
+    # dx only: pass 1 asks L2 to keep the row block's x and dy, pass 2 reads them there once more and
+    # lets them go. With partial sums, those rows share L2 with the program's partial rows.
+    keep: tl.constexpr = "" if PARTIAL_SUMS else "evict_last"
+    release: tl.constexpr = "" if PARTIAL_SUMS else "evict_first"
     for block in range(pid, tl.cdiv(M, BLOCK_M), programs):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < M
@@ -454,8 +459,8 @@ def two_pass_bwd_kernel(
         for start in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
             col_ok = start + cols < N
             mask = row_ok[:, None] & col_ok[None, :]
-            x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            g = tl.load(dy_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0, eviction_policy=keep).to(tl.float32)
+            g = tl.load(dy_rows + start + cols[None, :], mask=mask, other=0.0, eviction_policy=keep).to(tl.float32)
             if HAS_WEIGHT:
                 g = g * tl.load(W + start + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
             xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
@@ -468,8 +473,8 @@ def two_pass_bwd_kernel(
         for start in tl.range(0, N, BLOCK_N, num_stages=NUM_STAGES):
             col_ok = start + cols < N
             mask = row_ok[:, None] & col_ok[None, :]
-            x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_rows + start + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_rows + start + cols[None, :], mask=mask, other=0.0, eviction_policy=release).to(tl.float32)
+            dy = tl.load(dy_rows + start + cols[None, :], mask=mask, other=0.0, eviction_policy=release).to(tl.float32)
             g = dy
             if HAS_WEIGHT:
                 g = dy * tl.load(W + start + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
@@ -477,12 +482,55 @@ def two_pass_bwd_kernel(
             _store_dx(DX, rows, stride_dx, start + cols, mask, g, xhat, c1, c2, rstd)
             # Each program owns its partial row, so plain read-modify-write is safe. Its first
             # row block writes the row without reading it: the buffer needs no zeroing.
-            if HAS_WEIGHT:
+            if HAS_WEIGHT and PARTIAL_SUMS:
                 dw = tl.load(dw_row + start + cols, mask=col_ok & (block != pid), other=0.0)
                 tl.store(dw_row + start + cols, dw + tl.sum(dy * xhat, axis=0), mask=col_ok)
-            if HAS_BIAS:
+            if HAS_BIAS and PARTIAL_SUMS:
                 db = tl.load(db_row + start + cols, mask=col_ok & (block != pid), other=0.0)
                 tl.store(db_row + start + cols, db + tl.sum(dy, axis=0), mask=col_ok)
+
+
+@triton.jit
+def column_grads_kernel(
+    X,  # forward input, [M, N], row stride stride_x
+    DY,  # output gradient, [M, N], row stride stride_dy
+    Mean,  # fp32 [M], from the forward
+    Rstd,  # fp32 [M], from the forward
+    DW,  # [N], written in its own dtype (unused unless HAS_WEIGHT)
+    DB,  # [N], written in its own dtype (unused unless HAS_BIAS)
+    stride_x,
+    stride_dy,
+    M,
+    N,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    # dw = sum over rows of dy * xhat and db = sum of dy, for BLOCK_N columns, reading x and dy once
+    # more: the two_pass backward's alternative to per-program partial rows (PARTIAL_SUMS=False).
+    # Nothing reads them after it: L2 may let them go.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for start in range(0, M, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        row_ok = rows < M
+        mask = row_ok[:, None] & col_ok[None, :]
+        dy_at = DY + _row_offsets(rows, stride_dy) + cols[None, :]
+        dy = tl.load(dy_at, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        if HAS_WEIGHT:
+            x_at = X + _row_offsets(rows, stride_x) + cols[None, :]
+            x = tl.load(x_at, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
+            rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
+            dw += dy * tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        db += dy
+    if HAS_WEIGHT:
+        tl.store(DW + cols, tl.sum(dw, axis=0).to(DW.dtype.element_ty), mask=col_ok)
+    if HAS_BIAS:
+        tl.store(DB + cols, tl.sum(db, axis=0).to(DB.dtype.element_ty), mask=col_ok)
 
 
 @triton.jit
