@@ -184,7 +184,8 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
 # H200 with its chunk loops pipelined (those keys' five best and the heuristic's; the model widths'
 # sweep, made before, holds two_pass backwards up to 6144 only), and rows past 16384 on the H100: the
 # fused forward at 32768 (1024 to 32768 rows) and at 20480, a width no rule was written from, and the
-# two_pass backward's tiles at 16384 and 32768; with the keys each holds.
+# two_pass backward's tiles at 16384 and 32768, then its 16-bit keys there with column_grads in the space
+# (every configuration, on the H100); with the keys each holds.
 RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
 SWEEP_KEYS = {
     "h100-every-key": 48,
@@ -196,6 +197,7 @@ SWEEP_KEYS = {
     "h200-two-pass-backward-stages": 9,
     "h100-wide-rows": 12,
     "h200-wide-rows": 6,
+    "h100-wide-rows-column-grads": 4,
 }
 
 

@@ -119,6 +119,7 @@ CORRECTNESS_CASES = [
         (63, 2047, 0.0),  # just below / above the two-pass forward chunk
         (63, 2049, 0.0),
         (7, 12287, 0.0),  # two_pass backward past 8192: 4-row tiles, three pipelined chunks, the last masked
+        (7, 12288, 0.0),  # 16-bit: dx alone, two chunks of 8192 (the second half masked), dw and db by columns
         (9, 16384, 0.0),
         (5, 16385, 0.0),  # a fused head of 16384 and a tail of 1
         (9, 32768, 0.0),  # the largest fused row

@@ -194,18 +194,21 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
             block_m = prev_power_of_2(min(16, max(2048 // block_n, 2 if block_n * size < 8192 else 1)))
             return LaunchConfig(block_m, block_n, _warps_for(block_m * block_n, 32))
         # Two rows a step of chunks up to 4096 (from 512: at most 8 programs per SM); x, dy, xhat and the
-        # dw/db sums live at once: 16 elements a thread. Rows past 8192 (auto's two_pass backwards):
-        # fp32 8 rows of 1024 (16384 and 32768 unpipelined 1.01-1.03x the best on an H200, 2 rows of 4096
-        # 1.06x and 1.21x), loading two chunks ahead (3 stages; 1.06-1.08x on an H200). Each of its steps
-        # reads and writes the program's fp32 dw/db partial rows (32768: 35 MB on 132 SMs, more than L2).
-        # 16-bit rows past 8192 write dx alone, one row of 4096-column chunks a step on 8 warps, and a
-        # column kernel sums dw and db (column_grads): on an H100 at 8192 rows 1.05-1.24x the 4-row tile
-        # with partial rows (12288 1.05x, 14336 1.15x, 16384 1.22x, 32768 1.18x).
-        if n > 8192 and size < 4:
-            return LaunchConfig(1, 4096, 8, programs_per_sm=2, column_grads=True)
+        # dw/db sums live at once: 16 elements a thread. Rows past 8192 (auto's two_pass backwards) load
+        # two chunks ahead (3 stages). fp32 steps 8 rows of 1024 (16384 and 32768 unpipelined 1.01-1.03x
+        # the best on an H200), 16-bit 4 rows of 4096 (9216 and 10240 1.09-1.10x 2 rows on an H100); each
+        # step reads and writes the program's fp32 dw/db partial rows.
+        # 16-bit rows of 12288 or more write dx alone, a row of 8192-column chunks a step on 16 warps, and
+        # a column kernel sums dw and db (column_grads). On an H100 against 4 rows of 4096: 8192x12288
+        # 1.05-1.07x, 8192x14336 1.25x, 2048x12288 1.05x; at 16384 and 32768 a row of 4096 on 8 warps ran
+        # 1.18-1.24x, and the tune sweep puts this tile 1.06-1.07x ahead of that one. Not at 10240 (0.87x),
+        # nor fp32 (0.89-0.94x at 12288-32768).
+        if n >= 12288 and size < 4:
+            return LaunchConfig(1, 8192, 16, programs_per_sm=4, column_grads=True)
         wide = n > 8192
-        block_m, block_n = (8, 1024) if wide else (2, two_pass_block_n(n, size, 4096, 512))
-        warps = _warps_for(block_m * block_n, 16)
+        wide_tile = (8, 1024) if size == 4 else (4, 4096)
+        block_m, block_n = wide_tile if wide else (2, two_pass_block_n(n, size, 4096, 512))
+        warps = _warps_for(block_m * block_n, 32 if wide and size < 4 else 16)
         stages = 3 if wide or cdiv(n, block_n) >= 4 else 1
         return LaunchConfig(block_m, block_n, warps, programs_per_sm=max(1, 16 // warps), num_stages=stages)
     block_n, lanes = fused_block_n(direction, n), fused_lanes(direction, n)
