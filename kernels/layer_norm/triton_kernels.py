@@ -23,7 +23,10 @@ Backward, with ``g = w * dy``::
 
 dw and db are first reduced per program into fp32 ``[programs, N]`` slabs of
 one buffer (no atomics, so the result is deterministic), then summed over
-programs by ``column_sum_kernel``, both slabs in one launch.
+programs by ``column_sum_kernel``, both slabs in one launch. Or, for wide rows
+(``two_pass_bwd_kernel`` with ``PARTIAL_SUMS=False``), the row kernel writes dx
+alone and ``column_grads_kernel`` sums them over the rows from x and dy
+(deterministic too).
 
 Two families:
 
