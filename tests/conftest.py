@@ -45,6 +45,11 @@ def compiled(item) -> tuple[str, str] | None:
     return marker.args if marker else None
 
 
+def kernel_shape(item) -> str | None:
+    group = compiled(item)
+    return group[0] if group else None
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests that compile slow kernels (marker ``compiles``) stay together where that saves compiles.
 
@@ -53,7 +58,7 @@ def pytest_collection_modifyitems(config, items):
     so that their compiles start at once on separate workers."""
     k, n = (int(v) for v in config.getoption("--shard").split("/"))
     if n > 1:
-        share = split.shares([(item.nodeid, (compiled(item) or (None,))[0]) for item in items], n)
+        share = split.shares([(item.nodeid, kernel_shape(item)) for item in items], n)
         config.hook.pytest_deselected(items=[item for item, s in zip(items, share, strict=True) if s != k - 1])
         items[:] = [item for item, s in zip(items, share, strict=True) if s == k - 1]
     for item in items:

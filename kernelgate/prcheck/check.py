@@ -261,10 +261,11 @@ def tests_beside(plan: Plan, out: Path, steps: Steps):
     finally:
         code = proc.wait()
         seconds = time.perf_counter() - start
-        steps.times.append(("GPU tests", seconds, "ok" if code in (0, 1, 5) else "failed"))
-    # 1: a test failed, 5: this shard drew none. Failures are the gate's to judge, from the JUnit XML.
+        # 1: a test failed, 5: this shard drew none. Failures are the gate's to judge, from the JUnit XML.
+        outcome = "ok" if code in (0, 1, 5) else "failed"
+        steps.times.append(("GPU tests", seconds, outcome))
     print(f"\n==> GPU tests\n{log_path.read_text(errors='replace')}pytest exit code {code}", flush=True)
-    print(f"<== GPU tests: {seconds:.1f} s", flush=True)
+    print(f"<== GPU tests: {outcome}, {seconds:.1f} s", flush=True)
 
 
 def choose(plan: Plan, out: Path, steps: Steps) -> dict[str, list[bench.Case]]:
