@@ -90,8 +90,8 @@ def _pieces(variant: str, n: int, rows: int, block_n: int) -> list[int]:
 
 def _backward_stages(variant: str, n: int, block_n: int) -> tuple[int, ...]:
     """The pipeline depths a backward tile is swept at. two_pass pipelines rows of three chunks or more
-    past FUSED_BWD_REGISTER_LANES, where it is auto's backward and the heuristic's tile loads two chunks
-    ahead (16-bit 12288: three of 4096). At 6144 (H200) two and three chunks gained nothing, and
+    past FUSED_BWD_REGISTER_LANES, where it is auto's backward and the heuristic's partial-sum tiles load
+    two chunks ahead (16-bit 10240: three of 4096). At 6144 (H200) two and three chunks gained nothing, and
     sweeping narrower rows would take the default sweep past ten minutes."""
     if variant == "fused":
         return FUSED_BWD_STAGES
