@@ -29,6 +29,8 @@ FUSED_MAX_N = 32768
 # it on every key, N = 5000 too: 8192 lanes, 39% masked, 1.8x two_pass's speed).
 FUSED_BWD_REGISTER_LANES = 8192
 
+# How far ahead of its loads the fused forward prefetches rows into L2, per SM.
+FORWARD_PREFETCH_BYTES = 48 * 1024
 # Shared memory the heuristic lets the fused backward's prefetched row blocks take
 # (sm_80 and sm_90 offer 163 and 227 KiB a block).
 PIPELINE_MAX_BYTES = 128 * 1024
@@ -223,18 +225,21 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     tail_warps = block_m * (lanes - block_n) * size // (32 * 16)
     if tail_warps >= 1:  # a tail piece wide enough for 16-byte accesses keeps them (bf16 5000: 4 warps, 1.5x)
         warps = min(warps, tail_warps)
-    if direction == "fwd" and lanes > 8192:
-        # 8 warps, prefetching into L2 the rows 64 KiB a SM ahead (the H200 table's distances at 1024-8192
-        # are 32-64 KiB): 16384 1.00-1.01x the best on an H200, where any tile without ran 1.07-1.9x. Wider
-        # fp32 rows do not prefetch (1.12-1.26x slower with it on an H100).
-        prefetch = max(1, 65536 // (block_m * lanes * size))
-        if lanes <= 16384:
-            return LaunchConfig(block_m, block_n, min(warps, 8), prefetch_per_sm=prefetch)
-        return LaunchConfig(block_m, block_n, warps, prefetch_per_sm=0 if size == 4 else prefetch)
-    if direction == "fwd":  # the single reduction stays a tuned option: it costs the statistics bits
-        # A program of fewer than 4096 elements (a padded or split row) loads w and b with x, lest their
-        # latency follow the statistics: on an H200 up to 1.07x faster (fp32 768), 0.985x at fp16 1600.
-        return LaunchConfig(block_m, block_n, warps, preload_affine=block_m * n < 4096)
+    if direction == "fwd":
+        # Every forward prefetches into L2 the rows 48 KiB a SM ahead, at least a row block: the H200's best
+        # configurations at 768-6144 do (1.03-1.11x faster than any without; fp32 1600 a tie), and at 16-bit
+        # 16384 one row ahead ran 1.02x two on an H100.
+        prefetch = max(1, FORWARD_PREFETCH_BYTES // (block_m * lanes * size))
+        if lanes > 8192:
+            # Wider rows: 8 warps up to 16384. Wider fp32 rows do not prefetch (1.12-1.26x slower with it
+            # on an H100).
+            if lanes <= 16384:
+                return LaunchConfig(block_m, block_n, min(warps, 8), prefetch_per_sm=prefetch)
+            return LaunchConfig(block_m, block_n, warps, prefetch_per_sm=0 if size == 4 else prefetch)
+        # The single reduction stays a tuned option: it costs the statistics bits. A program of fewer than
+        # 4096 elements (a padded or split row) loads w and b with x, lest their latency follow the
+        # statistics: on an H200 up to 1.07x faster (fp32 768), 0.985x at fp16 1600.
+        return LaunchConfig(block_m, block_n, warps, preload_affine=block_m * n < 4096, prefetch_per_sm=prefetch)
     # The fused backward at one program per SM, two where a row block of x is under 8 KiB (16-bit 768,
     # 1600 and 3072 1.11-1.14x faster on an H200; fp32's, 12 KiB, would run 1.04-1.08x slower), with up to
     # three row blocks of x and dy loading ahead (4 stages) where shared memory holds them, and the
