@@ -187,9 +187,9 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
 # sweep, made before, holds two_pass backwards up to 6144 only), and rows past 16384 on the H100: the
 # fused forward at 32768 (1024 to 32768 rows) and at 20480, a width no rule was written from, and the
 # two_pass backward's tiles at 16384 and 32768, then its 16-bit keys there with column_grads in the space
-# (every configuration, on the H100), and the fused forward at 768-8192, 16384 and 32768 on the H100 with
-# the L2 prefetch in the heuristic (each key's three best, the heuristic's and its twin without the
-# prefetch); with the keys each holds.
+# (every configuration, on the H100), and the fused forward with the L2 prefetch in the heuristic, at
+# 768-8192, 16384 and 32768 on the H100 and at the model widths up to 16384 on the H200 (each key's three
+# best, the heuristic's and its twin without the prefetch); with the keys each holds.
 RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
 SWEEP_KEYS = {
     "h100-every-key": 48,
@@ -203,6 +203,7 @@ SWEEP_KEYS = {
     "h200-wide-rows": 6,
     "h100-wide-rows-column-grads": 4,
     "h100-fused-forward-prefetch": 32,
+    "h200-fused-forward-prefetch": 18,
 }
 
 
