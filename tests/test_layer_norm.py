@@ -474,23 +474,29 @@ def _differently_specialized_rows(case: LayerNormCase, device) -> dict[str, torc
 def test_bound_kernels_are_the_ones_triton_dispatches(variant, dtype, cuda_device):
     """Eager calls launch a compiled kernel bound per launch key (kernels/layer_norm/launch.py), not
     through Triton's dispatch. Calls alternating between inputs that Triton specializes apart must
-    each run the kernel Triton would pick for them, and compute their LayerNorm."""
+    each run the kernel Triton would pick for them, and compute their LayerNorm; so must backwards of
+    one forward whose dy is aligned and not (autograd's backward keys its launches on dy's layout)."""
     case = LayerNormCase(33, 1000, dtype, offset=1e2)
     _, w, b = case.make_inputs(cuda_device)
     inputs = _differently_specialized_rows(case, cuda_device)
     for _ in range(2):  # the first round binds, the second launches what was bound
         for name, x in inputs.items():
             x = x.detach().requires_grad_()
-            dy = torch.randn_like(x)
-            y = kernels.layer_norm(x, case.n, w, b, case.eps, variant)
-            (dx,) = torch.autograd.grad(y, x, dy)
-            ref_y, ref_dx, *_ = layer_norm_ref(x, w, b, case.eps, dy)
-            sized = dataclasses.replace(case, m=x.shape[0])
-            for quantity, got, ref in (("y", y, ref_y), ("dx", dx, ref_dx)):
-                atol, rtol = sized.tolerance(quantity)
-                torch.testing.assert_close(
-                    got.double(), ref, atol=atol, rtol=rtol, msg=lambda m, q=f"{name} {quantity}": f"{q}: {m}"
-                )
+            misaligned = torch.randn(x.numel() + 1, device=cuda_device, dtype=x.dtype)[1:].view(x.shape)
+            for dy_name, dy in (("dy", torch.randn_like(x)), ("misaligned dy", misaligned)):
+                y = kernels.layer_norm(x, case.n, w, b, case.eps, variant)
+                (dx,) = torch.autograd.grad(y, x, dy)
+                ref_y, ref_dx, *_ = layer_norm_ref(x, w, b, case.eps, dy)
+                sized = dataclasses.replace(case, m=x.shape[0])
+                for quantity, got, ref in (("y", y, ref_y), ("dx", dx, ref_dx)):
+                    atol, rtol = sized.tolerance(quantity)
+                    torch.testing.assert_close(
+                        got.double(),
+                        ref,
+                        atol=atol,
+                        rtol=rtol,
+                        msg=lambda m, q=f"{name}, {dy_name}: {quantity}": f"{q}: {m}",
+                    )
     for name, x in inputs.items():
         x2, n = _rows(x, case.n), case.n
         fwd = select_variant(variant, "fwd", x.dtype, n, gpu_of(x))

@@ -301,22 +301,27 @@ def layer_norm_fwd(
     ``cfg`` overrides the launch configuration (the tuner). ``stats=False`` (inference)
     neither allocates nor stores mean and rstd, and returns None for them.
     """
+    return _run_forward(x2, weight, bias, eps, variant, out, cfg, stats)[0]
+
+
+def _run_forward(x2, weight, bias, eps: float, variant: str, out=None, cfg=None, stats=True):
+    """``layer_norm_fwd``'s outputs, and the launch key of its bound kernel (None where none launched)."""
     m = x2.shape[0]
     if out is None:
         mean_rstd = [torch.empty(m, dtype=torch.float32, device=x2.device) for _ in range(2)] if stats else [None] * 2
         out = (torch.empty_like(x2, memory_format=torch.contiguous_format), *mean_rstd)
     if m == 0:
-        return out
+        return out, None
     if cfg is not None:
         forward_launch(x2, weight, bias, eps, variant, *out, cfg)()
-        return out
+        return out, None
     key = forward_key(x2, weight, bias, variant, *out)
     args = _forward_args(x2, weight, bias, eps, *out)
     if (kernel := bound(key)) is not None:
         kernel(args)
     else:
         bind(key, forward_launch(x2, weight, bias, eps, variant, *out), len(args))
-    return out
+    return out, key
 
 
 def forward_key(x2, weight, bias, variant: str, y, mean, rstd) -> tuple:
@@ -338,6 +343,12 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
     ``out`` optionally supplies (dx, dw, db) to write into; ``cfg`` overrides
     the launch configuration (the tuner).
     """
+    return _run_backward(dy2, x2, weight, bias, mean, rstd, variant, out, cfg)[:3]
+
+
+def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg=None, key=None):
+    """``layer_norm_bwd``'s outputs, and the launch key of its row kernel (None where none launched).
+    A caller that knows the key (``backward_key`` of these arguments) passes it and skips computing it."""
     m = x2.shape[0]
     dx, dw, db = out if out is not None else (torch.empty_like(x2, memory_format=torch.contiguous_format), None, None)
     dw = None if weight is None else dw if dw is not None else torch.empty_like(weight)
@@ -346,7 +357,7 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
     if m == 0:
         for t in sums:
             t.zero_()
-        return dx, dw, db
+        return dx, dw, db, None
     if cfg is not None:
         launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx, cfg)
         launch()
@@ -354,8 +365,9 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
             column_sum_launch(partial, sums)()
         elif sums:
             column_grads_launch(dy2, x2, mean, rstd, dw, db)()
-        return dx, dw, db
-    key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx)
+        return dx, dw, db, None
+    if key is None:
+        key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx)
     if (kernel := bound(key)) is not None:
         partial_sums = kernel.constexprs.get("PARTIAL_SUMS", True)  # the fused kernel always has them
         partial = _partial_sums(kernel.grid[0], x2, weight, bias) if partial_sums else None
@@ -363,19 +375,20 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
     else:
         launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx)
         bind(key, launch, len(_backward_args(dy2, x2, weight, mean, rstd, dx, partial)))
+    # The column kernel follows from the row kernel's key, and from dw and db where they were given
+    # (freshly allocated ones are aligned).
+    columns_key = ("columns", key, out is None or _low_bits(*sums))
     if sums and partial is not None:
-        key = ("sum", partial.shape, len(sums), partial.get_device(), tuned_override(), _low_bits(*sums))
-        if (kernel := bound(key)) is not None:
+        if (kernel := bound(columns_key)) is not None:
             kernel((partial, sums[0], sums[-1]))
         else:
-            bind(key, column_sum_launch(partial, sums), 3)
+            bind(columns_key, column_sum_launch(partial, sums), 3)
     elif sums:
-        key = ("grads", x2.shape, x2.stride(0), dy2.stride(0), x2.get_device(), _low_bits(x2, dy2, mean, rstd, dw, db))
-        if (kernel := bound(key)) is not None:
+        if (kernel := bound(columns_key)) is not None:
             kernel(_column_grads_args(dy2, x2, mean, rstd, dw, db)[:6])
         else:
-            bind(key, column_grads_launch(dy2, x2, mean, rstd, dw, db), 6)
-    return dx, dw, db
+            bind(columns_key, column_grads_launch(dy2, x2, mean, rstd, dw, db), 6)
+    return dx, dw, db, key
 
 
 def _low_bits(*tensors: torch.Tensor | None) -> tuple:
@@ -402,31 +415,56 @@ def _select_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gp
 
 
 def _forward(x, normalized_shape, weight, bias, eps, variant, stats=True):
+    """The forward of ``layer_norm``: y, what the backward reads, and the forward's launch key."""
     n = _check_inputs(x, normalized_shape, weight, bias, eps)
     if not isinstance(variant, str):
         raise TypeError(f"layer_norm: variant must be a string, got {type(variant).__name__}")
     x2, weight, bias = _rows(x, n), _flat(weight), _flat(bias)
     variant = select_variant(variant, "fwd", x.dtype, n, gpu_of(x))
-    y, mean, rstd = layer_norm_fwd(x2, weight, bias, eps, variant, stats=stats)
-    return _shaped(y, x.shape), (x2, weight, bias, mean, rstd)
+    (y, mean, rstd), key = _run_forward(x2, weight, bias, eps, variant, stats=stats)
+    return _shaped(y, x.shape), (x2, weight, bias, mean, rstd), key
+
+
+# Autograd's backward launches, {(the forward's launch key, the variant asked for, dy's dtype, row stride and
+# alignment, the tuned table): (the backward's variant, its launch key)}: together with the tensors the
+# backward allocates itself, those determine its launches, so a call computes neither again.
+_BACKWARD_KEYS: dict[tuple, tuple[str, tuple]] = {}
 
 
 class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, normalized_shape, weight, bias, eps, variant):
-        y, saved = _forward(x, normalized_shape, weight, bias, eps, variant)
+        y, saved, ctx.forward_key = _forward(x, normalized_shape, weight, bias, eps, variant)
         ctx.save_for_backward(*saved)
         ctx.variant = variant  # as asked: "auto" resolves for the backward on its own
         ctx.x_shape = x.shape
         return y
 
     @staticmethod
-    @once_differentiable  # dx is not differentiable again: a second-order gradient raises, never reads 0
     def backward(ctx, dy):
-        x2, weight, bias, mean, rstd = ctx.saved_tensors
-        variant = select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2))
-        dx, dw, db = layer_norm_bwd(_rows(dy, x2.shape[1]), x2, weight, bias, mean, rstd, variant)
-        return _shaped(dx, ctx.x_shape), None, dw, db, None, None
+        # Grad mode is on here only under create_graph=True: then a second-order gradient must raise, never
+        # read 0. Otherwise once_differentiable's no_grad wrapper is host time on autograd's thread for nothing.
+        if torch.is_grad_enabled():
+            return _backward_once_differentiable(ctx, dy)
+        return _backward(ctx, dy)
+
+
+def _backward(ctx, dy):
+    x2, weight, bias, mean, rstd = ctx.saved_tensors
+    dy2 = _rows(dy, x2.shape[1])
+    layout = (ctx.forward_key, ctx.variant, dy2.dtype, dy2.stride(0), dy2.data_ptr() & 15, tuned_override())
+    known = _BACKWARD_KEYS.get(layout)
+    if known is not None:
+        variant, key = known
+    else:
+        variant, key = select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2)), None
+    dx, dw, db, key = _run_backward(dy2, x2, weight, bias, mean, rstd, variant, key=key)
+    if known is None and key is not None:
+        _BACKWARD_KEYS[layout] = variant, key
+    return _shaped(dx, ctx.x_shape), None, dw, db, None, None
+
+
+_backward_once_differentiable = once_differentiable(_backward)
 
 
 def _needs_grad(x: torch.Tensor, weight, bias) -> bool:
