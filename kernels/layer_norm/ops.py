@@ -375,19 +375,21 @@ def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg
     else:
         launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx)
         bind(key, launch, len(_backward_args(dy2, x2, weight, mean, rstd, dx, partial)))
+    if not sums:
+        return dx, dw, db, key
     # The column kernel follows from the row kernel's key, and from dw and db where they were given
     # (freshly allocated ones are aligned).
     columns_key = ("columns", key, out is None or _low_bits(*sums))
-    if sums and partial is not None:
-        if (kernel := bound(columns_key)) is not None:
+    kernel = bound(columns_key)
+    if partial is not None:
+        if kernel is not None:
             kernel((partial, sums[0], sums[-1]))
         else:
             bind(columns_key, column_sum_launch(partial, sums), 3)
-    elif sums:
-        if (kernel := bound(columns_key)) is not None:
-            kernel(_column_grads_args(dy2, x2, mean, rstd, dw, db)[:6])
-        else:
-            bind(columns_key, column_grads_launch(dy2, x2, mean, rstd, dw, db), 6)
+    elif kernel is not None:
+        kernel(_column_grads_args(dy2, x2, mean, rstd, dw, db)[:6])
+    else:
+        bind(columns_key, column_grads_launch(dy2, x2, mean, rstd, dw, db), 6)
     return dx, dw, db, key
 
 
