@@ -1,6 +1,7 @@
 """kernelgate.measure.timing: the asv sample (calls back to back, recorded per call), ratios of interleaved
 rounds, and host costs measured alternately."""
 
+import gc
 import time
 
 from kernelgate.measure import timing
@@ -37,3 +38,16 @@ def test_host_costs_are_measured_alternately_round_by_round():
     assert order == ["ours", "ours", "torch", "torch"] * 3
     assert {name: len(us) for name, us in host.items()} == {"ours": 3, "torch": 3}
     assert all(us > 0 for series in host.values() for us in series)
+
+
+def test_host_loops_run_without_the_garbage_collector_and_restore_it():
+    collecting = []
+    host = timing.interleaved_enqueue_us({"ours": lambda: collecting.append(gc.isenabled())}, calls=2, rounds=2)
+    assert collecting == [False] * 4
+    assert gc.isenabled()
+    assert len(host["ours"]) == 2
+
+
+def test_a_host_ratio_compares_the_least_loops():
+    # The slow second loop of "ours" (interference) and torch's slow first one do not count.
+    assert timing.least_ratio([30.0, 90.0, 32.0], [20.0, 15.0, 16.0]) == 2.0

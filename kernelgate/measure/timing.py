@@ -15,6 +15,7 @@ clock, and ``gpu_timing()`` says so: such numbers are for smoke runs only.
 """
 
 import functools
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -141,12 +142,27 @@ def enqueue_us(fn: Callable[[], object], calls: int = 100, repeats: int = 20) ->
 
 def interleaved_enqueue_us(fns: dict[str, Callable[[], object]], calls: int, rounds: int) -> dict[str, list[float]]:
     """Per-round host time to enqueue one call (``enqueue_us``) of several callables, measured
-    alternately, so a ratio of two of them (``median_ratio``) does not depend on the host's CPU."""
+    alternately (``least_ratio`` compares two of them). Python's garbage collector is off meanwhile,
+    as in timeit: a collection would land in whichever loop allocated the object that set it off."""
     host: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            host[name].append(enqueue_us(fn, calls=calls, repeats=1)[0])
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                host[name].append(enqueue_us(fn, calls=calls, repeats=1)[0])
+    finally:
+        if collecting:
+            gc.enable()
     return host
+
+
+def least_ratio(numerator_us: list[float], denominator_us: list[float]) -> float:
+    """The least of one series of host times over the least of another's. Interference (other
+    processes, a thread's wake-up) only adds to a loop's host time, so the least of many short loops
+    is the steadiest estimate of the cost itself, timeit's rule."""
+    return min(numerator_us) / min(denominator_us)
 
 
 def device_clock() -> float:
