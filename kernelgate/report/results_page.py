@@ -33,8 +33,8 @@ Do not edit by hand. The columns:
   near 100 where % peak falls short, the size, not the kernel, is why.
 - TFLOP/s and % peak (attention): FLOP rate of the backward, and its % of a bf16 8192^3 matmul's,
   measured interleaved with it.
-- host (us): host time to enqueue one eager call (checks, launches); host ÷ torch: that time over
-  eager torch's, measured alternately with it (lower is better).
+- host (us): host time to enqueue one eager call (checks, launches), the least of many short loops;
+  host ÷ torch: that time over eager torch's, measured alternately with it (lower is better).
 
 n/a: asv recorded no value (the benchmark failed or was skipped)."""
 
