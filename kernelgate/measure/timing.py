@@ -7,6 +7,7 @@
 * Ratios (kernel vs baseline, kernel vs copy) are measured interleaved in
   one process: round after round alternates the two, so clock and thermal
   drift hit both alike; the ratio reported is the median of per-round ratios.
+  Host times are the exception: their ratio is of the least loops (``least_ratio``).
 * Peaks are measured on the device, not read off a datasheet: a large
   device-to-device copy (bytes read + written) and a large bf16 matmul.
 
