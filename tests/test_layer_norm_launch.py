@@ -6,7 +6,7 @@ import pytest
 import torch
 from triton import knobs
 
-from kernelgate.kernels.layer_norm import launch
+from kernelgate.kernels.layer_norm import launch, ops
 
 
 class RecordedKernel:
@@ -36,27 +36,53 @@ def bound_kernel(monkeypatch):
     return launch.Bound(spec, compiled, leading=2), compiled
 
 
-def test_a_bound_launch_passes_addresses_for_tensors(bound_kernel):
+def test_a_bound_launch_hands_the_launcher_its_arguments_then_the_bound_ones(bound_kernel):
     bound, compiled = bound_kernel
-    x, y = torch.randn(8), torch.randn(8)
-    bound((x, y))
+    bound((1024, 2048))
     (args,) = compiled.runs
-    grid, stream, (x_ptr, y_ptr, stride, eps, block) = args[:3], args[3], args[-5:]
+    grid, stream, leading = args[:3], args[3], args[-5:]
     assert grid == (3, 1, 1) and stream == 7
-    assert (x_ptr, y_ptr) == (x.data_ptr(), y.data_ptr())
-    assert (stride, eps, block) == (4, 1e-5, 64)  # the bound launch's own trailing arguments
+    assert leading == (1024, 2048, 4, 1e-5, 64)  # the addresses given, then the bound launch's own arguments
 
 
-def test_a_listening_profiler_gets_the_tensors_through_triton(bound_kernel):
+def test_a_listening_profiler_gets_the_launch_through_triton(bound_kernel):
     bound, compiled = bound_kernel
-    x, y = torch.randn(8), torch.randn(8)
     hook = lambda metadata: None
     knobs.runtime.launch_enter_hook.add(hook)
     try:
-        bound((x, y))
+        bound((1024, 2048))
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
     assert compiled.runs == []
     ((grid, args, stream),) = compiled.dispatched
     assert grid == (3, 1, 1) and stream == 7
-    assert args[0] is x and args[1] is y
+    assert args == (1024, 2048, 4, 1e-5, 64)
+
+
+@pytest.fixture
+def recorded_binds(monkeypatch):
+    """ops binding its launches to recording kernels instead of compiling them: {key: kernel}."""
+    stream = types.SimpleNamespace(get_current_stream=lambda device: 7)
+    monkeypatch.setattr(launch, "driver", types.SimpleNamespace(active=stream))
+    kernels = {}
+
+    def bind(key, spec, leading):
+        kernels[key] = RecordedKernel()
+        monkeypatch.setitem(launch._BOUND, key, launch.Bound(spec, kernels[key], leading))
+
+    monkeypatch.setattr(ops, "bind", bind)
+    return kernels
+
+
+def test_a_bound_forward_launches_on_addresses_keyed_by_their_alignment(recorded_binds):
+    rows = torch.randn(6, 33)
+    w, b = torch.randn(32), torch.randn(32)
+    aligned, offset = rows[:, :32], rows[:, 1:]  # the second starts 4 bytes into its row
+    for x in (aligned, offset):
+        ops.layer_norm_fwd(x, w, b, 1e-5, "fused")  # binds a kernel for each alignment
+    assert len(recorded_binds) == 2
+    for x, kernel in zip((aligned, offset), recorded_binds.values(), strict=True):
+        y, mean, rstd = ops.layer_norm_fwd(x, w, b, 1e-5, "fused")  # launches the bound kernel
+        (args,) = kernel.runs
+        tensors = (x, y, w, b, mean, rstd)
+        assert args[9:15] == tuple(t.data_ptr() for t in tensors)  # after grid, stream, function and metadata

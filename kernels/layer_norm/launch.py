@@ -57,21 +57,18 @@ class Bound:
         # The launcher takes every parameter in order; it skips the constexprs' values.
         self.trailing = (*launch.args[leading:], *(launch.constexprs[name] for name in names[len(launch.args) :]))
         self.device = launch.args[0].get_device()
-        # The launcher takes a pointer as a tensor (whose data_ptr it calls, then asks the driver
-        # whether the device can read it) or as the address itself: the ops checked the tensors' device.
-        self.pointers = tuple(i for i, arg in enumerate(launch.args[:leading]) if hasattr(arg, "data_ptr"))
         compiled[self.grid]  # loads the module on the device (Triton's own first launch did too)
 
     def __call__(self, leading: tuple) -> None:
+        """Launch on ``leading`` arguments with each tensor given by its address (``data_ptr()``). Given a
+        tensor, the launcher would call its data_ptr and then ask the driver whether the device can read
+        it; the ops checked every tensor's device already, and their launch keys read the addresses."""
         stream = driver.active.get_current_stream(self.device)
         if knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls:  # a profiler listens
             self.compiled[self.grid](*leading, *self.trailing, stream=stream)
             return
-        args = [*leading, *self.trailing]
-        for i in self.pointers:
-            args[i] = args[i].data_ptr()
         c = self.compiled
-        c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *args)
+        c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *leading, *self.trailing)
 
 
 _BOUND: dict[Hashable, Bound] = {}
@@ -86,7 +83,7 @@ def bound(key: Hashable) -> Bound | None:
 
 def bind(key: Hashable, launch: Launch, leading: int) -> None:
     """Launch ``launch`` through Triton, and bind its compiled kernel to ``key``: later launches pass
-    only the first ``leading`` runtime arguments."""
+    only the first ``leading`` runtime arguments, tensors as addresses."""
     compiled = launch()
     if compiled is not None:  # None: Triton's interpreter, which has no launcher to bind
         _BOUND[key] = Bound(launch, compiled, leading)

@@ -38,10 +38,10 @@ _BWD_KERNELS = {"fused": tk.fused_bwd_kernel, "two_pass": tk.two_pass_bwd_kernel
 def _check_tensor(name: str, t: torch.Tensor, like: torch.Tensor | None = None) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"layer_norm: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"layer_norm: {name} has dtype {t.dtype}; supported: float32, float16, bfloat16")
-    if like is not None and t.dtype != like.dtype:
+    if like is not None and t.dtype != like.dtype:  # like's dtype is checked: so is t's when they match
         raise TypeError(f"layer_norm: {name} has dtype {t.dtype} but x has {like.dtype}")
+    if like is None and t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"layer_norm: {name} has dtype {t.dtype}; supported: float32, float16, bfloat16")
     if like is not None and t.device != like.device:
         raise ValueError(f"layer_norm: {name} is on {t.device} but x is on {like.device}")
     if like is None and not t.is_cuda and not interpreter_mode():
@@ -84,7 +84,7 @@ def _check_inputs(x, normalized_shape, weight, bias, eps) -> int:
         if p is None:
             continue
         _check_tensor(name, p, like=x)
-        if tuple(p.shape) != normalized_shape:
+        if p.shape != normalized_shape:
             raise ValueError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected {normalized_shape}")
     return n
 
@@ -162,10 +162,21 @@ def _l2_prefetch(cfg: LaunchConfig, x2: torch.Tensor, vec: int) -> tuple[bool, i
 
 
 def _forward_args(x2, weight, bias, eps: float, y, mean, rstd) -> tuple:
-    """The forward kernels' leading runtime arguments (absent tensors passed as x2, never read)."""
+    """The forward kernels' leading runtime arguments: FORWARD_POINTERS tensors (absent ones passed as
+    x2, never read), then the row strides, M, N and eps."""
     m, n = x2.shape
     absent = lambda t: t if t is not None else x2
     return (x2, y, absent(weight), absent(bias), absent(mean), absent(rstd), x2.stride(0), y.stride(0), m, n, eps)
+
+
+FORWARD_POINTERS = 6  # x, y, weight, bias, mean, rstd
+BACKWARD_POINTERS = 7  # x, dy, dx, weight, mean, rstd, partial sums
+
+
+def _addresses(args: tuple, pointers: int) -> tuple:
+    """``args`` with each of its first ``pointers`` tensors replaced by its address: how a bound kernel
+    takes them (``launch.Bound``), and what a launch key reads their alignment from."""
+    return (*[t.data_ptr() for t in args[:pointers]], *args[pointers:])
 
 
 def forward_launch(
@@ -315,8 +326,8 @@ def _run_forward(x2, weight, bias, eps: float, variant: str, out=None, cfg=None,
     if cfg is not None:
         forward_launch(x2, weight, bias, eps, variant, *out, cfg)()
         return out, None
-    key = forward_key(x2, weight, bias, variant, *out)
-    args = _forward_args(x2, weight, bias, eps, *out)
+    args = _addresses(_forward_args(x2, weight, bias, eps, *out), FORWARD_POINTERS)
+    key = _forward_key(x2, weight, bias, variant, out[1] is not None, args)
     if (kernel := bound(key)) is not None:
         kernel(args)
     else:
@@ -326,8 +337,15 @@ def _run_forward(x2, weight, bias, eps: float, variant: str, out=None, cfg=None,
 
 def forward_key(x2, weight, bias, variant: str, y, mean, rstd) -> tuple:
     """What ``forward_launch`` reads of its arguments but the tensors' data and eps: one bound kernel each."""
-    return ("fwd", variant, x2.shape, x2.stride(0), y.stride(0), x2.get_device(), tuned_override(),
-            _low_bits(x2, y, weight, bias, mean, rstd))  # fmt: skip
+    args = _addresses(_forward_args(x2, weight, bias, 0.0, y, mean, rstd), FORWARD_POINTERS)
+    return _forward_key(x2, weight, bias, variant, mean is not None, args)
+
+
+def _forward_key(x2, weight, bias, variant: str, stats: bool, args: tuple) -> tuple:
+    """``forward_key`` from the launch's arguments with addresses (``_addresses``), which a call computes
+    once for both. The parameters share x's dtype (the input checks) and the statistics are float32."""
+    return ("fwd", variant, x2.dtype, x2.get_device(), tuned_override(), weight is None, bias is None, stats,
+            args[FORWARD_POINTERS:-1], tuple([address & 15 for address in args[:FORWARD_POINTERS]]))  # fmt: skip
 
 
 def backward_key(dy2, x2, weight, bias, mean, rstd, variant: str, dx) -> tuple:
@@ -371,7 +389,7 @@ def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg
     if (kernel := bound(key)) is not None:
         partial_sums = kernel.constexprs.get("PARTIAL_SUMS", True)  # the fused kernel always has them
         partial = _partial_sums(kernel.grid[0], x2, weight, bias) if partial_sums else None
-        kernel(_backward_args(dy2, x2, weight, mean, rstd, dx, partial))
+        kernel(_addresses(_backward_args(dy2, x2, weight, mean, rstd, dx, partial), BACKWARD_POINTERS))
     else:
         launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx)
         bind(key, launch, len(_backward_args(dy2, x2, weight, mean, rstd, dx, partial)))
@@ -383,11 +401,11 @@ def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg
     kernel = bound(columns_key)
     if partial is not None:
         if kernel is not None:
-            kernel((partial, sums[0], sums[-1]))
+            kernel((partial.data_ptr(), sums[0].data_ptr(), sums[-1].data_ptr()))
         else:
             bind(columns_key, column_sum_launch(partial, sums), 3)
     elif kernel is not None:
-        kernel(_column_grads_args(dy2, x2, mean, rstd, dw, db)[:6])
+        kernel(_addresses(_column_grads_args(dy2, x2, mean, rstd, dw, db)[:6], 6))
     else:
         bind(columns_key, column_grads_launch(dy2, x2, mean, rstd, dw, db), 6)
     return dx, dw, db, key
