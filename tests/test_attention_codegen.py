@@ -110,6 +110,17 @@ def test_backward_keeps_its_accumulators_in_registers(case, accum):
     assert re.search(r"\bSTL\b", sass) is None, "no register spills"
 
 
+@pytest.mark.parametrize("accum", ACCUM_MODES)
+@pytest.mark.parametrize("case", CODEGEN_CASES, ids=CASE_IDS)
+def test_backward_gives_the_producers_registers_to_the_compute_warps(case, accum):
+    """The TMA producer warpgroup drops to 24 registers a thread and the two compute warpgroups rise to
+    240 (setmaxnreg), where the kernel as launched gives every thread 168: the compute warps hold dK
+    and dV (128 floats a thread at 128/128) beside a step's scores."""
+    sass = sass_of(ops.backward_kernel(attention_shape(case), accum, ARCH))
+    assert re.search(r"USETMAXREG\.DEALLOC\.CTAPOOL 0x18\b", sass), "the producer gives registers back, to 24"
+    assert re.search(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, 0xf0\b", sass), "the compute warps take 240"
+
+
 def test_default_accumulation_is_the_tma_reduction():
     assert inspect.signature(flash_attn_varlen_func).parameters["accum"].default == "tma"
 
