@@ -1,7 +1,8 @@
 """GQA varlen attention backward: the three dQ/dK/dV accumulation modes
 against torch's varlen_attn (FA2) and cuDNN SDPA.
 
-Only the backward is timed, back to back (timing.sample_clock): preprocess
+Only the backward is timed, back to back (timing.sample_clock; the long configs take fewer calls
+a sample, timing.sample_calls): preprocess
 (Delta) + main kernel + postprocess, on saved forward outputs; our kernels
 work on the packed varlen batch (no pad/unpad), cuDNN on the batch padded to
 its longest sequence. Cases come from kernelgate.cases.attention. TileLang has
@@ -35,7 +36,10 @@ class AttentionBackward:
     def setup(self, config, impl):
         _require_gpu()
         # Each backward reads and writes ~100 MB or more: far past L2, no rotation needed.
-        self.sample = timing.back_to_back(warmed(attention_backward_workload(BENCH_CONFIGS[config], impl)))
+        case = BENCH_CONFIGS[config]
+        self.sample = timing.back_to_back(
+            warmed(attention_backward_workload(case, impl)), tflop_per_call=case.flops_backward() / 1e12
+        )
 
     def time_backward(self, config, impl):
         self.sample()

@@ -8,19 +8,31 @@ from kernelgate.measure import timing
 
 
 def test_a_sample_runs_back_to_back_calls_and_the_clock_counts_per_call(monkeypatch):
-    monkeypatch.setattr(timing, "calls_per_sample", lambda: 5)
+    monkeypatch.setattr(timing, "gpu_timing", lambda: True)
+    monkeypatch.setattr(timing, "sync", lambda: None)
     calls = []
 
     def call():
         calls.append(1)
         time.sleep(0.002)
 
-    sample = timing.back_to_back(call)
-    start = timing.sample_clock()
-    sample()
-    per_call = timing.sample_clock() - start
-    assert len(calls) == 5
-    assert 0.002 <= per_call < 0.004
+    # asv sets a case up, then samples it: the clock counts in the calls of the sample built last.
+    for tflop_per_call, count in [(0.0, timing.SAMPLE_CALLS), (timing.SAMPLE_TFLOP / 3, 3)]:
+        sample = timing.back_to_back(call, tflop_per_call)
+        calls.clear()
+        start = timing.sample_clock()
+        sample()
+        per_call = timing.sample_clock() - start
+        assert len(calls) == count
+        assert 0.002 <= per_call < 0.004
+
+
+def test_calls_of_much_work_fill_a_sample_with_fewer_of_them():
+    assert timing.sample_calls(0.0) == timing.sample_calls(timing.SAMPLE_TFLOP / timing.SAMPLE_CALLS) == 50
+    for tflop in (2.6, 6.9, 100.0):  # a wide varlen batch, 8k + 16k tokens, more than a sample's worth
+        calls = timing.sample_calls(tflop)
+        assert calls < timing.SAMPLE_CALLS
+        assert calls * tflop >= timing.SAMPLE_TFLOP > (calls - 1) * tflop
 
 
 def test_percent_of_a_reference_rate_pairs_each_round_with_its_own_reference():

@@ -17,6 +17,7 @@ clock, and ``gpu_timing()`` says so: such numbers are for smoke runs only.
 
 import functools
 import gc
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -173,16 +174,32 @@ def device_clock() -> float:
     return time.perf_counter()
 
 
-@functools.cache
-def calls_per_sample() -> int:
-    """Back-to-back calls in one asv time_* sample: 50 on a GPU, 1 in interpreter
-    smoke runs (where a call takes milliseconds)."""
-    return 50 if gpu_timing() else 1
+SAMPLE_CALLS = 50  # back-to-back calls in a time_* sample, at most
+# A call of more than 1/50 of this much work gets fewer calls, as many as hold it: samples of
+# 0.2 s or more at our backward's rate. Ten-call samples of the long-sequence backward (0.23 s) read
+# as fifty-call ones, where ten calls of a 1-3 ms backward read 0.7-1.9% slower (docs/measuring.md).
+SAMPLE_TFLOP = 60.0
 
 
-def back_to_back(fn: Callable[[], object]) -> Callable[[], None]:
-    """``calls_per_sample()`` calls of ``fn`` in a row: one asv time_* sample (see ``sample_clock``)."""
-    calls = calls_per_sample()
+def sample_calls(tflop_per_call: float = 0.0) -> int:
+    """Back-to-back calls in one asv time_* sample on a GPU: ``SAMPLE_CALLS``, or as few as hold
+    ``SAMPLE_TFLOP`` of work. Counted from a case's work model, not timed, so that base and head
+    (and every run of the history) take the same count."""
+    if tflop_per_call * SAMPLE_CALLS <= SAMPLE_TFLOP:
+        return SAMPLE_CALLS
+    return math.ceil(SAMPLE_TFLOP / tflop_per_call)
+
+
+_calls_counted = 1  # the calls of the sample built last: what sample_clock counts in
+
+
+def back_to_back(fn: Callable[[], object], tflop_per_call: float = 0.0) -> Callable[[], None]:
+    """One asv time_* sample: ``sample_calls(tflop_per_call)`` calls of ``fn`` in a row on a GPU, one
+    in interpreter smoke runs (where a call takes milliseconds). ``sample_clock`` then counts in units
+    of that many calls: asv (and the PR check's worker) sets a case up, then samples it, one at a time."""
+    global _calls_counted
+    calls = sample_calls(tflop_per_call) if gpu_timing() else 1
+    _calls_counted = calls
 
     def run():
         for _ in range(calls):
@@ -193,7 +210,7 @@ def back_to_back(fn: Callable[[], object]) -> Callable[[], None]:
 
 def sample_clock() -> float:
     """asv's timer for time_* benchmarks whose body is ``back_to_back(fn)``: the device
-    clock counted in units of ``calls_per_sample()`` calls, so asv records time per call.
+    clock counted in units of that sample's calls, so asv records time per call.
 
     asv times one invocation per sample whenever a benchmark has a setup
     (asv_runner, asv#966). A single call from an idle device measures the
@@ -201,4 +218,4 @@ def sample_clock() -> float:
     37 us, and 10% apart between processes, for a LayerNorm on an H200.
     Back-to-back calls keep the device busy, so a sample times the device.
     """
-    return device_clock() / calls_per_sample()
+    return device_clock() / _calls_counted

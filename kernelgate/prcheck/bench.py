@@ -135,19 +135,21 @@ def selected(cases: Iterable[Case], patterns: list[str]) -> list[Case]:
 
 # Rough seconds to measure, to balance shards (H100, both commits): a time case is one setup per commit
 # and its rounds, 0.55 s; a metrics unit measures its case beside references and copies, 2.9 s. An
-# attention backward's samples are 50 calls each, so its time grows with the config's work: about 3 s
-# plus 9 s a backward TFLOP (60 s a mode at 8k + 16k tokens, 6 s at 8 sequences of 2k).
+# attention backward takes about 3 s plus 0.18 s per TFLOP of work in one of its samples
+# (timing.sample_calls): 60 s a mode at 8k + 16k tokens in samples of 50 calls.
 TIME_CASE_S, METRICS_UNIT_S = 0.55, 2.9
-ATTENTION_CASE_S, ATTENTION_S_PER_TFLOP = 3.0, 9.0
+ATTENTION_CASE_S, ATTENTION_S_PER_SAMPLE_TFLOP = 3.0, 0.18
 
 
 def _time_case_seconds(case: Case) -> float:
     if case.benchmark.startswith("bench_attention.") and case.params:
         from kernelgate.cases.attention import BENCH_CONFIGS
+        from kernelgate.measure import timing
 
         config = BENCH_CONFIGS.get(case.values[0])
         if config is not None:
-            return ATTENTION_CASE_S + ATTENTION_S_PER_TFLOP * config.flops_backward() / 1e12
+            tflop = config.flops_backward() / 1e12
+            return ATTENTION_CASE_S + ATTENTION_S_PER_SAMPLE_TFLOP * tflop * timing.sample_calls(tflop)
     return TIME_CASE_S
 
 
