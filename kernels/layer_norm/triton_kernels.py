@@ -126,10 +126,11 @@ def _piece(X, rows, row_ok, stride, start, N, WIDTH: tl.constexpr):
 
 @triton.jit
 def _param_piece(P, cols, col_ok, PRESENT: tl.constexpr, ABSENT: tl.constexpr):
-    # An [N] parameter over the columns of one piece, as stored; ABSENT (fp32) without one.
+    # An [N] parameter over the columns of one piece, as stored; ABSENT (fp32) without one. Every
+    # program reads it: kept in L2 ahead of the rows streaming past (evict_last).
     p = tl.full(cols.shape, ABSENT, tl.float32)
     if PRESENT:
-        p = tl.load(P + cols, mask=col_ok, other=0.0)
+        p = tl.load(P + cols, mask=col_ok, other=0.0, eviction_policy="evict_last")
     return p
 
 
