@@ -351,20 +351,40 @@ def test_without_a_gpu_it_says_so(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
-def test_configs_are_timed_as_graphs_of_calls_over_rotated_inputs(direction, cuda_device):
+def test_configs_are_timed_as_graphs_of_calls_over_rotated_inputs(direction, cuda_device, monkeypatch):
+    from kernelgate.kernels.layer_norm import ops
+
     case = LayerNormCase(4096, 1024, "bfloat16")
     key = tune.Key("fused", direction, case.dtype, case.n)
     tensors = tune.CaseTensors.make(case, key.variant, direction)
     assert len(tensors.sets) > 1, "a 16 MiB case cycles through several input sets"
-    outputs = [s["fwd_out" if direction == "fwd" else "bwd_out"][0] for s in tensors.sets]
-    for out in outputs:
-        out.fill_(float("nan"))
+    read, outputs = [], []  # each call's x, and its fresh outputs
+    forward_launch, layer_norm_bwd = ops.forward_launch, ops.layer_norm_bwd
+
+    def forward(x, w, b, eps, variant, y, *rest):
+        read.append(x.data_ptr())
+        outputs.append(y)
+        return forward_launch(x, w, b, eps, variant, y, *rest)
+
+    def backward(dy, x, *rest):
+        read.append(x.data_ptr())
+        outputs.append(layer_norm_bwd(dy, x, *rest)[0])
+        return outputs[-1]
+
+    monkeypatch.setattr(ops, "forward_launch", forward)
+    monkeypatch.setattr(ops, "layer_norm_bwd", backward)
     configs = candidates(key.variant, direction, case.torch_dtype, case.n)[:2]
     runner = tensors.runner(key.variant, direction, configs[0])
     assert runner.calls == max(len(tensors.sets), BATCH_CALLS), "one graph replay: back-to-back calls on every set"
+    assert set(read) == {s["x"].data_ptr() for s in tensors.sets}, "some input set was never run"
+    captured = outputs[-runner.calls :]  # the graph's own outputs, allocated in its pool
+    for out in captured:
+        out.fill_(float("nan"))
+    runner()
+    torch.cuda.synchronize()
+    assert all(torch.isfinite(out).all() for out in captured), "a replayed call left its output unwritten"
     measured = tune.time_configs(key, tensors, configs, warmup_ms=1, rep_ms=5)
     assert [m.cfg for m in measured] == configs and all(0 < m.ms < 1 for m in measured), measured
-    assert all(torch.isfinite(out).all() for out in outputs), "some input set was never run"
 
 
 @pytest.mark.gpu
