@@ -232,21 +232,23 @@ def test_column_grads_kernel_lets_the_rows_go_and_keeps_its_sums_in_registers(dt
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fused_forward_options_change_the_code_as_intended(dtype):
-    # preload_affine issues the w and b loads before the statistics' first cross-warp exchange
-    # (BAR.SYNC), not after the last; single_reduction leaves one exchange where there were two.
+    # preload_affine issues the w and b loads (evict_last: kept in L2) before the statistics' first
+    # cross-warp exchange (BAR.SYNC), not after the last; single_reduction leaves one exchange where
+    # there were two.
     def compiled(**options):
         cfg = LaunchConfig(1, 4096, 8, **options)
         code, usage, _ = _compiled("fused", "fwd", 4096, 4096, dtype, cfg)
         _assert_no_spills(code, usage, str(cfg))
         instructions = _opcodes(code)
         barriers = [i for i, op in enumerate(instructions) if op.startswith("BAR.SYNC")]
-        return instructions[: barriers[0]].count("LDG.E.128"), len(barriers)
+        before = instructions[: barriers[0]]
+        return before.count("LDG.E.128"), before.count("LDG.E.EL.128"), len(barriers)
 
     x_loads = 4096 * DTYPES[dtype].itemsize // 16 // (32 * 8)  # 16-byte loads per thread
-    assert compiled()[0] == x_loads
-    assert compiled(preload_affine=True)[0] == 3 * x_loads, "w and b no longer load with x"
+    assert compiled()[:2] == (x_loads, 0)
+    assert compiled(preload_affine=True)[:2] == (x_loads, 2 * x_loads), "w and b no longer load with x, evict_last"
     if dtype != "float32":
-        assert compiled(single_reduction=True)[1] < compiled()[1]
+        assert compiled(single_reduction=True)[2] < compiled()[2]
 
 
 @pytest.mark.parametrize("block_m", [1, 2])
