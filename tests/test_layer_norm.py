@@ -229,7 +229,7 @@ def test_backward_writes_every_partial_sum_before_reading_it(variant, kernel_dev
     partial.fill_(float("nan"))
     launch()
     dw, db = torch.full_like(w, float("nan")), torch.full_like(b, float("nan"))
-    column_sum_launch(partial, [dw, db])()
+    column_sum_launch(partial, launch.grid[0], [dw, db])()
     _, dx_ref, dw_ref, db_ref, _, _ = layer_norm_ref(x, w, b, case.eps, dy)
     _assert_matches_reference(case, {"dx": (dx, dx_ref), "dw": (dw, dw_ref), "db": (db, db_ref)})
 
@@ -540,6 +540,69 @@ def test_a_second_order_gradient_is_refused(kernel_device):
     (dx,) = torch.autograd.grad(kernels.layer_norm(x, 8).pow(2).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable"):
         dx.pow(2).sum().backward()
+
+
+@pytest.mark.parametrize(("n", "slices"), [(8193, 2), (20000, 3), (32768, 4)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_backward_in_row_slices(dtype, n, slices, cuda_device):
+    """Rows past 8192 lanes in slices of one program each, which exchange their row sums: the last
+    slice of 8193 holds one column; 20000 pads the exchange to four words. Large means, an odd M,
+    outputs poisoned with NaN; two runs give the same bits."""
+    case = LayerNormCase(1001, n, dtype, offset=1e3)
+    x, w, b = case.make_inputs(cuda_device)
+    dy = torch.randn_like(x)
+    _, mean, rstd = layer_norm_fwd(x, w, b, case.eps, "fused")
+    cfg = heuristic_config("fused", "bwd", case.torch_dtype, n)
+    launch, _ = backward_launch(dy, x, w, b, mean, rstd, "fused", torch.empty_like(x), cfg)
+    assert launch.constexprs["SLICES"] == slices
+
+    def backward():
+        poisoned = tuple(torch.full_like(t, float("nan")) for t in (x, w, b))
+        return layer_norm_bwd(dy, x, w, b, mean, rstd, "fused", out=poisoned, cfg=cfg)
+
+    grads, again = backward(), backward()
+    for name, got, repeated in zip(("dx", "dw", "db"), grads, again, strict=True):
+        assert torch.equal(got, repeated), f"{name} differs between two runs"
+    refs = layer_norm_ref(x, w, b, case.eps, dy)[1:4]
+    _assert_matches_reference(case, dict(zip(("dx", "dw", "db"), zip(grads, refs, strict=True), strict=True)))
+
+
+def test_row_slices_pass_nan_on_like_torch(cuda_device):
+    """A NaN in one slice of a row makes that row's dx NaN in every slice, as torch's does; no slice
+    waits for a sum that NaN kept from being published."""
+    x = torch.randn(5, 20000, device=cuda_device, requires_grad=True)
+    w = torch.randn(20000, device=cuda_device, requires_grad=True)
+    with torch.no_grad():
+        x[2, 15000] = float("nan")
+    dy = torch.randn_like(x)
+    kernels.layer_norm(x, 20000, w, variant="fused").backward(dy)
+    ours = x.grad.clone()
+    x.grad = None
+    torch.nn.functional.layer_norm(x, (20000,), w).backward(dy)
+    assert torch.equal(ours.isnan(), x.grad.isnan())
+
+
+def test_row_slices_run_whole_in_the_interpreter(kernel_device):
+    """On a GPU a row of 16384 is split over two programs; Triton's interpreter runs programs one after
+    another, so there the row is one program's (slices would wait for each other forever)."""
+    x = torch.empty(3, 16384, device=kernel_device)
+    stats = torch.empty(3, device=kernel_device)
+    launch, _ = backward_launch(x, x, None, None, stats, stats, "fused", x)
+    assert launch.constexprs["SLICES"] == (1 if interpreter_mode() else 2)
+    assert launch.constexprs["BLOCK_N"] == (16384 if interpreter_mode() else 8192)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [dict(block_m=2), dict(programs_per_sm=2), dict(row_slices=5), dict(row_slices=3), dict(prefetch_per_sm=1)],
+    ids=["two rows a step", "two programs an SM", "five slices", "an empty slice", "prefetch"],
+)
+def test_row_slices_are_refused_where_they_cannot_run(change):
+    x = torch.empty(3, 16384, device="meta")
+    stats = torch.empty(3, device="meta")
+    cfg = dataclasses.replace(heuristic_config("fused", "bwd", torch.float32, 16384), **change)
+    with pytest.raises(ValueError, match="slices"):
+        backward_launch(x, x, None, None, stats, stats, "fused", x, cfg)
 
 
 # --- bad input: a clear error naming the problem, before any launch ---------

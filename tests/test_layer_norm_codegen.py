@@ -55,7 +55,7 @@ def _meta_launch(variant: str, direction: str, m: int, n: int, dt: torch.dtype, 
     if variant == "column_grads":
         return column_grads_launch(x, x, stats, stats, w, w)
     launch, partial = backward_launch(x, x, w, w, stats, stats, "fused" if variant == "column_sum" else variant, x, cfg)
-    return column_sum_launch(partial, [w, w]) if variant == "column_sum" else launch
+    return column_sum_launch(partial, launch.grid[0], [w, w]) if variant == "column_sum" else launch
 
 
 @functools.cache
@@ -330,3 +330,17 @@ def test_fused_backward_neither_waits_for_nor_releases_another_kernel():
     cfg = LaunchConfig(2, 4096, 8, programs_per_sm=1, num_stages=3)
     instructions = _opcodes(_compiled("fused", "bwd", 4096, 4096, "bfloat16", cfg)[0])
     assert "PREEXIT" not in instructions and "ACQBULK" not in instructions
+
+
+@pytest.mark.parametrize(("n", "slices"), [(12288, 2), (20480, 3), (32768, 4)])
+def test_row_slices_exchange_their_sums_without_a_fence(n, slices):
+    # A slice publishes its two sums in one 64-bit store and waits on 128-bit polls of the row's words:
+    # no fence, no atomic, no barrier around them, and the row-block loop still loads ahead.
+    code, usage, cfg = _compiled("fused", "bwd", 8192, n, "bfloat16")
+    assert cfg.row_slices == slices
+    _assert_no_spills(code, usage, str(cfg))
+    ops = _opcodes(code)
+    stores, polls = ops.count("STG.E.64.STRONG.GPU"), ops.count("LDG.E.128.STRONG.SYS")
+    assert (stores, polls) == ((2, 2) if slices == 3 else (1, 1 if slices == 2 else 2)), (stores, polls)
+    assert not [op for op in ops if op.startswith(("MEMBAR", "FENCE", "ATOM", "RED"))]
+    assert "LDGSTS.E.BYPASS.128" in ops, "the row-block loop no longer loads ahead"

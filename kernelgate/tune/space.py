@@ -29,6 +29,7 @@ import torch
 from kernelgate.kernels.layer_norm.config import (
     FUSED_BWD_REGISTER_LANES,
     FUSED_MAX_N,
+    MAX_ROW_SLICES,
     LaunchConfig,
     cdiv,
     fused_tail_n,
@@ -101,6 +102,8 @@ def _backward_stages(variant: str, n: int, block_n: int) -> tuple[int, ...]:
 def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list[LaunchConfig]:
     """Every configuration to try for one key, the heuristic one included (so a
     tuned entry is never slower than the default it replaces, as measured)."""
+    if variant == "fused" and direction == "bwd" and n > FUSED_BWD_REGISTER_LANES:
+        return _row_slice_candidates(dtype, n)
     if variant == "fused":
         # A non-power-of-two row whole, or as two power-of-two pieces (fused_tail_n).
         block_ns = sorted({next_power_of_2(n), prev_power_of_2(n)})
@@ -142,6 +145,21 @@ def candidates(variant: str, direction: str, dtype: torch.dtype, n: int) -> list
     return tiles if default in tiles else [*tiles, default]
 
 
+def _row_slice_candidates(dtype: torch.dtype, n: int) -> list[LaunchConfig]:
+    """The fused backward of a row wider than a program's registers: the row in slices of 4096 or 8192
+    lanes (at most MAX_ROW_SLICES), one row a step at one program per SM, the heuristic's included."""
+    tiles = [
+        LaunchConfig(1, block_n, warps, programs_per_sm=1, num_stages=stages, single_reduction=single,
+                     row_slices=cdiv(n, block_n))
+        for block_n, warps, stages, single in itertools.product(
+            (4096, FUSED_BWD_REGISTER_LANES), WARPS, FUSED_BWD_STAGES, (False, True)
+        )
+        if cdiv(n, block_n) <= MAX_ROW_SLICES and _fits([block_n], warps, "fused", "bwd", dtype.itemsize)
+    ]  # fmt: skip
+    default = heuristic_config("fused", "bwd", dtype, n)
+    return tiles if default in tiles else [*tiles, default]
+
+
 REFINED_LEADERS = 8  # per key: the configurations ranked first, tried again with refinements()
 # The fused kernels' L2 prefetch distances, in row blocks per SM, tried on their leading configurations.
 # On an H100 the forward's best was about one resident grid ahead (2-5 per SM), and at 10 every case
@@ -168,6 +186,7 @@ def refinements(variant: str, direction: str, leaders: list[LaunchConfig]) -> li
         for cfg in leaders[: PREFETCH_LEADERS[direction]]
         for balanced in grids
         for ahead in PREFETCH_PER_SM
+        if cfg.row_slices == 1  # a slice would prefetch its whole row
     ]
     balanced = [dataclasses.replace(cfg, balanced_grid=True) for cfg in leaders] if direction == "bwd" else []
     return balanced + prefetching
@@ -178,7 +197,7 @@ def compile_unit(cfg: LaunchConfig) -> LaunchConfig:
     distance are runtime arguments; whether it prefetches is in the code."""
     return dataclasses.replace(
         cfg,
-        programs_per_sm=LaunchConfig.programs_per_sm,
+        programs_per_sm=LaunchConfig.programs_per_sm if cfg.row_slices == 1 else 1,  # slices: one program per SM
         balanced_grid=LaunchConfig.balanced_grid,
         prefetch_per_sm=min(cfg.prefetch_per_sm, 1),
     )

@@ -24,10 +24,15 @@ FUSED_MAX_N = 32768
 
 # The fused backward's tile stays in registers up to this many lanes; at 16384 it already
 # spills for sm_90 (320-560 bytes of stack a thread at 16 warps; on an H200 sweep of 8192x16384,
-# every fused backward configuration spilled or overflowed shared memory). So auto, untuned, takes
-# the fused backward only up to this many lanes, however many are masked off (the H200 sweeps chose
-# it on every key, N = 5000 too: 8192 lanes, 39% masked, 1.8x two_pass's speed).
+# every fused backward configuration spilled or overflowed shared memory). A wider row is split
+# into slices of this many lanes, one program each (row_slices, at most MAX_ROW_SLICES), which
+# still reads the row once (the H200 sweeps chose the fused backward on every key up to 8192,
+# N = 5000 too: 8192 lanes, 39% masked, 1.8x two_pass's speed).
 FUSED_BWD_REGISTER_LANES = 8192
+MAX_ROW_SLICES = 4
+# auto's backward splits rows from this width on, where they fill three quarters of their slices' lanes
+# or more (measured from 12288 up); narrower rows past 8192 lanes run two_pass's backward.
+ROW_SLICES_MIN_N = 12288
 
 # How far ahead of its loads the fused forward prefetches rows into L2, per SM.
 FORWARD_PREFETCH_BYTES = 48 * 1024
@@ -69,6 +74,10 @@ class LaunchConfig:
     # reading x and dy once more, instead of each program adding its rows to fp32 partial rows of
     # its own (read and written every step, summed by column_sum_kernel).
     column_grads: bool = False
+    # Fused backward only: each row split over this many programs of block_n columns (2 to
+    # MAX_ROW_SLICES), which exchange their row sums, so that a row wider than a program's registers
+    # is still read once. One row a step, one program per SM, in one cooperative launch.
+    row_slices: int = 1
 
 
 # Host-side integer helpers. triton.cdiv and triton.next_power_of_2 are
@@ -134,11 +143,12 @@ def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gp
 
 
 def heuristic_variant(direction: str, n: int) -> str:
-    """auto's variant without a tuned choice: fused up to FUSED_MAX_N, the backward only while its tile
-    stays in registers (FUSED_BWD_REGISTER_LANES); two_pass past that. The tuner cannot make that
-    choice where the fused backward spills: it drops every configuration that does."""
-    limit = FUSED_MAX_N if direction == "fwd" else FUSED_BWD_REGISTER_LANES
-    return "fused" if fused_lanes(direction, n) <= limit else "two_pass"
+    """auto's variant without a tuned choice: fused up to FUSED_MAX_N, the backward while its tile stays in
+    registers (FUSED_BWD_REGISTER_LANES) and in row slices from ROW_SLICES_MIN_N; two_pass otherwise."""
+    if n > FUSED_MAX_N:
+        return "two_pass"
+    fits = direction == "fwd" or fused_lanes(direction, n) <= FUSED_BWD_REGISTER_LANES or n >= ROW_SLICES_MIN_N
+    return "fused" if fits else "two_pass"
 
 
 def tuned_key(variant: str, direction: str, dtype: torch.dtype, n: int) -> str:
@@ -240,6 +250,13 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
         # 4096 elements (a padded or split row) loads w and b with x, lest their latency follow the
         # statistics: on an H200 up to 1.07x faster (fp32 768), 0.985x at fp16 1600.
         return LaunchConfig(block_m, block_n, warps, preload_affine=block_m * n < 4096, prefetch_per_sm=prefetch)
+    if lanes > FUSED_BWD_REGISTER_LANES:
+        # A row in slices of 8192 lanes, 8 warps, two row steps loading ahead (three in fp32). On an H200
+        # at 8192 rows of 12288-32768, against two_pass's backward: 16-bit 1.21-1.30x, fp32 1.55-1.71x;
+        # 16 warps 1.00-1.27x, four steps ahead at 16-bit 1.15-1.26x.
+        slices = cdiv(n, FUSED_BWD_REGISTER_LANES)
+        return LaunchConfig(1, FUSED_BWD_REGISTER_LANES, 8, programs_per_sm=1, num_stages=3 if size < 4 else 4,
+                            row_slices=slices)  # fmt: skip
     # The fused backward at one program per SM, two where a row block of x is under 8 KiB (16-bit 768,
     # 1600 and 3072 1.11-1.14x faster on an H200; fp32's, 12 KiB, would run 1.04-1.08x slower), with up to
     # three row blocks of x and dy loading ahead (4 stages) where shared memory holds them, and the

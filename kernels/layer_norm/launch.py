@@ -35,7 +35,10 @@ class Launch:
     def __call__(self):
         """Launch; returns Triton's compiled kernel (``n_regs``, ``n_spills``), None in the interpreter."""
         pdl = self.constexprs.get("PDL", False)  # kernels that take PDL wait for their predecessor when it is set
-        return self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps, launch_pdl=pdl)
+        # Programs that wait for each other (row slices) must all be resident: the launch fails otherwise.
+        cooperative = self.constexprs.get("SLICES", 1) > 1
+        return self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps, launch_pdl=pdl,
+                                      launch_cooperative_grid=cooperative)  # fmt: skip
 
     @property
     def arguments(self) -> dict:

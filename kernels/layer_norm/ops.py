@@ -5,6 +5,7 @@ an input of any leading shape. ``variant`` selects the kernel: "fused" (row in
 registers, N <= FUSED_MAX_N), "two_pass" (any N) or "auto".
 """
 
+import dataclasses
 import functools
 import math
 import operator
@@ -18,6 +19,7 @@ from kernelgate.kernels.device import gpu_class, interpreter_mode, is_sm90_or_ne
 from kernelgate.kernels.layer_norm import triton_kernels as tk
 from kernelgate.kernels.layer_norm.config import (
     FUSED_MAX_N,
+    MAX_ROW_SLICES,
     LaunchConfig,
     cdiv,
     fused_tail_n,
@@ -208,15 +210,23 @@ def forward_launch(
     )  # fmt: skip
 
 
-def _partial_sums(programs: int, x2, weight, bias) -> torch.Tensor | None:
-    """The backward's fp32 partial sums of dw and db, [slabs, programs, N]: one buffer for both, so
-    one allocation per backward, never zeroed (every program writes its rows before it reads them;
-    every program has a row block). Fresh from PyTorch's caching allocator, it is at least 512-byte
-    aligned."""
-    slabs = (weight is not None) + (bias is not None)
-    if not slabs:
+def _partial_sums(programs: int, constexprs: dict, x2, weight, bias) -> torch.Tensor | None:
+    """The fp32 buffer a backward launch of ``programs`` programs writes besides dx: the partial sums of
+    dw and db, [slabs, groups, N] (a group: the programs that share rows, one per slice of a row), and
+    for a row split into slices, the slices' exchange (a zeroed 64-bit word per row and slice, 2 or 4).
+    One allocation per backward; the partial sums are never zeroed (every program writes its rows before
+    it reads them; every program has a row block). Fresh from PyTorch's caching allocator, it is at
+    least 512-byte aligned. None where nothing needs it."""
+    if not constexprs.get("PARTIAL_SUMS", True):  # a column kernel sums dw and db from x and dy
         return None
-    return torch.empty((slabs, programs, x2.shape[1]), dtype=torch.float32, device=x2.device)
+    slices, slabs = constexprs.get("SLICES", 1), constexprs["HAS_WEIGHT"] + constexprs["HAS_BIAS"]
+    m, n = x2.shape
+    if slices == 1:
+        return torch.empty((slabs, programs, n), dtype=torch.float32, device=x2.device) if slabs else None
+    start = cdiv(slabs * (programs // slices) * n, 4) * 4  # 16-byte aligned
+    buffer = torch.empty(start + 2 * next_power_of_2(slices) * m, dtype=torch.float32, device=x2.device)
+    buffer[start:].zero_()
+    return buffer
 
 
 def _backward_args(dy2, x2, weight, mean, rstd, dx, partial) -> tuple:
@@ -229,7 +239,8 @@ def _backward_args(dy2, x2, weight, mean, rstd, dx, partial) -> tuple:
 def backward_launch(
     dy2, x2, weight, bias, mean, rstd, variant: str, dx, cfg: LaunchConfig | None = None
 ) -> tuple[Launch, torch.Tensor | None]:
-    """The backward launch and its fp32 partial sums: [dw slab if weight, db slab if bias], each [programs, N].
+    """The backward launch and its fp32 partial sums (``_partial_sums``): [dw slab if weight, db slab if
+    bias], each [groups, N], the fused backward's row-slice exchange after them.
 
     A persistent grid, launched without programmatic dependent launch: started early, onto SMs
     still busy with the previous kernel, its programs can double up on some SMs while others
@@ -239,29 +250,41 @@ def backward_launch(
     cfg = cfg or launch_config(variant, "bwd", x2.dtype, n, gpu_of(x2))
     if cfg.column_grads and variant != "two_pass":
         raise ValueError(f"layer_norm: {cfg} asks for column_grads, which only the two_pass backward has")
-    programs = persistent_programs(cdiv(m, cfg.block_m), _sms(x2) * cfg.programs_per_sm, cfg.balanced_grid)
-    partial = None if cfg.column_grads else _partial_sums(programs, x2, weight, bias)
+    slices = cfg.row_slices
+    if slices > 1 and not (variant == "fused" and cfg.block_m == cfg.programs_per_sm == 1 and slices <= MAX_ROW_SLICES
+                           and cfg.block_n * (slices - 1) < n and not cfg.prefetch_per_sm):  # fmt: skip
+        raise ValueError(
+            f"layer_norm: {cfg} splits rows of {n} into {slices} slices; the fused backward splits a row into 2 to "
+            f"{MAX_ROW_SLICES} slices of block_n columns, one row a step, one program per SM, without the L2 prefetch"
+        )
+    if slices > 1 and interpreter_mode():
+        # Slices wait for each other, and the interpreter runs programs one after another: a row in one.
+        cfg, slices = dataclasses.replace(cfg, block_n=next_power_of_2(n), row_slices=1), 1
+    groups = persistent_programs(cdiv(m, cfg.block_m), _sms(x2) * cfg.programs_per_sm // slices, cfg.balanced_grid)
     vec = vector_width(n, x2, dy2, dx, weight)
     prefetch, prefetch_rows = _l2_prefetch(cfg, x2, vec)
-    by_variant = dict(TAIL_N=fused_tail_n(n, cfg.block_n),
-                      SINGLE_REDUCTION=cfg.single_reduction, PREFETCH=prefetch,
+    by_variant = dict(TAIL_N=fused_tail_n(n, cfg.block_n) if slices == 1 else 0,
+                      SINGLE_REDUCTION=cfg.single_reduction, PREFETCH=prefetch, SLICES=slices,
                       ) if variant == "fused" else dict(PARTIAL_SUMS=not cfg.column_grads)  # fmt: skip
+    constexprs = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+                      BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec, NUM_STAGES=cfg.num_stages,
+                      **by_variant)  # fmt: skip
+    partial = _partial_sums(groups * slices, constexprs, x2, weight, bias)
     launch = Launch(
         kernel=_BWD_KERNELS[variant],
-        grid=(programs,),
+        grid=(groups * slices,),
         args=(*_backward_args(dy2, x2, weight, mean, rstd, dx, partial),
               *((prefetch_rows,) if variant == "fused" else ())),
-        constexprs=dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-                        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec, NUM_STAGES=cfg.num_stages,
-                        **by_variant),
+        constexprs=constexprs,
         num_warps=cfg.num_warps,
     )  # fmt: skip
     return launch, partial
 
 
-def column_sum_launch(partial: torch.Tensor, outs: list[torch.Tensor]) -> Launch:
-    """Sum each [G, N] slab of ``partial`` over G into the matching tensor of ``outs`` (one launch for all)."""
-    slabs, g, n = partial.shape
+def column_sum_launch(partial: torch.Tensor, g: int, outs: list[torch.Tensor]) -> Launch:
+    """Sum each [G, N] slab at the start of ``partial`` over G into the matching tensor of ``outs`` (one
+    launch for all)."""
+    slabs, n = len(outs), outs[0].numel()
     # Narrow column tiles until every SM has two programs: each walks all G rows serially,
     # so too few of them leave the partials' latency exposed (32 instead of 256 columns:
     # the backward 1.01-1.27x faster on an H200).
@@ -380,18 +403,19 @@ def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg
         launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx, cfg)
         launch()
         if sums and partial is not None:
-            column_sum_launch(partial, sums)()
+            column_sum_launch(partial, _groups(launch.grid[0], launch.constexprs), sums)()
         elif sums:
             column_grads_launch(dy2, x2, mean, rstd, dw, db)()
         return dx, dw, db, None
     if key is None:
         key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx)
     if (kernel := bound(key)) is not None:
-        partial_sums = kernel.constexprs.get("PARTIAL_SUMS", True)  # the fused kernel always has them
-        partial = _partial_sums(kernel.grid[0], x2, weight, bias) if partial_sums else None
+        programs, constexprs = kernel.grid[0], kernel.constexprs
+        partial = _partial_sums(programs, constexprs, x2, weight, bias)
         kernel(_addresses(_backward_args(dy2, x2, weight, mean, rstd, dx, partial), BACKWARD_POINTERS))
     else:
         launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx)
+        programs, constexprs = launch.grid[0], launch.constexprs
         bind(key, launch, len(_backward_args(dy2, x2, weight, mean, rstd, dx, partial)))
     if not sums:
         return dx, dw, db, key
@@ -403,12 +427,17 @@ def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg
         if kernel is not None:
             kernel((partial.data_ptr(), sums[0].data_ptr(), sums[-1].data_ptr()))
         else:
-            bind(columns_key, column_sum_launch(partial, sums), 3)
+            bind(columns_key, column_sum_launch(partial, _groups(programs, constexprs), sums), 3)
     elif kernel is not None:
         kernel(_addresses(_column_grads_args(dy2, x2, mean, rstd, dw, db)[:6], 6))
     else:
         bind(columns_key, column_grads_launch(dy2, x2, mean, rstd, dw, db), 6)
     return dx, dw, db, key
+
+
+def _groups(programs: int, constexprs: dict) -> int:
+    """The partial sums' rows: one per group of programs that share rows (``row_slices``)."""
+    return programs // constexprs.get("SLICES", 1)
 
 
 def _low_bits(*tensors: torch.Tensor | None) -> tuple:

@@ -40,6 +40,13 @@ Two families:
 Both families process ``BLOCK_M`` rows per program, so short rows still give
 each program enough bytes in flight.
 
+A row wider than the fused backward's registers hold (8192 lanes) is split over
+``SLICES`` programs (2 to 4), one slice of ``BLOCK_N`` columns each: each slice
+publishes its two row sums, waits for the others' and adds them all in slice
+order, so x and dy are still read once. The programs of a row wait for each
+other, so the launch is cooperative (all resident, or an error); Triton's
+interpreter, which runs programs one after another, gets the row whole.
+
 The fused forward takes two options, chosen per configuration by the tuner since each
 trades registers (programs per SM) for latency: ``PRELOAD_AFFINE`` loads w and b with x
 instead of after the statistics; ``SINGLE_REDUCTION`` (16-bit inputs) takes the sum and
@@ -104,13 +111,13 @@ def _row_offsets(rows, stride):
 
 
 @triton.jit
-def _partial_rows(Partial, N, HAS_WEIGHT: tl.constexpr):
-    # Partial is [dw slab if HAS_WEIGHT, db slab if HAS_BIAS], each [programs, N]:
-    # this program's row in each (int64: programs * N can pass 2**31).
-    dw_row = Partial + tl.program_id(0).to(tl.int64) * N
+def _partial_rows(Partial, N, row, rows, HAS_WEIGHT: tl.constexpr):
+    # Partial is [dw slab if HAS_WEIGHT, db slab if HAS_BIAS], each [rows, N]:
+    # row ``row`` of each (int64: rows * N can pass 2**31).
+    dw_row = Partial + row.to(tl.int64) * N
     db_row = dw_row
     if HAS_WEIGHT:
-        db_row += tl.num_programs(0).to(tl.int64) * N
+        db_row += rows.to(tl.int64) * N
     return dw_row, db_row
 
 
@@ -188,6 +195,57 @@ def _prefetch_rows_into_l2(X, rows, row_ok, stride, N):
         "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }",
         "=r,l,r,r", [start, issue, row_bytes], dtype=tl.int32, is_pure=False, pack=1,
     )  # fmt: skip
+
+
+@triton.jit
+def _sum_over_slices(Exchange, row, a, b, pid, SLICES: tl.constexpr):
+    # The sums a and b of one row split over SLICES (2 to 4) programs, one slice of columns each:
+    # publish this slice's, wait for every slice's, sum them in slice order (the same bits in every
+    # slice; deterministic). Exchange is [M, 2 or 4] 64-bit words, zeroed by the launcher; a slice
+    # publishes both sums in one word, their bits inverted, which no float makes zero once NaN is
+    # canonical: a word is complete when it is non-zero, and no fence is needed. Scalars, so that each
+    # thread waits once; in PTX, because Triton's pipeliner issues a loop's loads iterations early, and
+    # a loop in Triton would keep it from pipelining the row-block loop, whose next loads hide the wait.
+    words = Exchange.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * (2 if SLICES == 2 else 4)
+    _publish(words + pid % SLICES, a, b)
+    if SLICES == 3:  # the fourth word adds nothing
+        _publish(words + 3, 0.0, 0.0)
+    return tl.inline_asm_elementwise(
+        _SUM_OF_TWO if SLICES == 2 else _SUM_OF_FOUR, "=r,=r,l", [words], dtype=(tl.float32, tl.float32),
+        is_pure=False, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def _publish(word, a, b):
+    a = tl.where(a == a, a, float("nan")).to(tl.int32, bitcast=True)
+    b = tl.where(b == b, b, float("nan")).to(tl.int32, bitcast=True)
+    tl.inline_asm_elementwise(
+        "{ .reg .b32 a, b; .reg .b64 w; not.b32 a, $1; not.b32 b, $2; mov.b64 w, {a, b}; "
+        "st.relaxed.gpu.global.b64 [$3], w; mov.u32 $0, 0; }",
+        "=r,r,r,l", [a, b, word], dtype=tl.int32, is_pure=False, pack=1,
+    )  # fmt: skip
+
+
+# Wait until the 2 (4) words at $2 are non-zero; then $0 and $1, the sums of their inverted low and high
+# halves in slice order. A wait of 2**24 polls (seconds) traps, so that a fault is an error, not a hang.
+_SUM_OF_TWO: tl.constexpr = tl.constexpr(
+    "{ .reg .pred p; .reg .b64 w0, w1; .reg .b32 a0, b0, a1, b1, polls; mov.u32 polls, 0; "
+    "wait: ld.volatile.global.v2.b64 {w0, w1}, [$2]; add.u32 polls, polls, 1; setp.eq.u32 p, polls, 16777216; "
+    "@p trap; setp.eq.u64 p, w0, 0; setp.eq.or.u64 p, w1, 0, p; @p bra wait; "
+    "mov.b64 {a0, b0}, w0; mov.b64 {a1, b1}, w1; not.b32 a0, a0; not.b32 b0, b0; not.b32 a1, a1; not.b32 b1, b1; "
+    "add.rn.f32 $0, a0, a1; add.rn.f32 $1, b0, b1; }"
+)
+_SUM_OF_FOUR: tl.constexpr = tl.constexpr(
+    "{ .reg .pred p; .reg .b64 w0, w1, w2, w3; .reg .b32 a0, b0, a1, b1, a2, b2, a3, b3, polls; mov.u32 polls, 0; "
+    "wait: ld.volatile.global.v2.b64 {w0, w1}, [$2]; ld.volatile.global.v2.b64 {w2, w3}, [$2+16]; "
+    "add.u32 polls, polls, 1; setp.eq.u32 p, polls, 16777216; @p trap; setp.eq.u64 p, w0, 0; "
+    "setp.eq.or.u64 p, w1, 0, p; setp.eq.or.u64 p, w2, 0, p; setp.eq.or.u64 p, w3, 0, p; "
+    "@p bra wait; mov.b64 {a0, b0}, w0; mov.b64 {a1, b1}, w1; mov.b64 {a2, b2}, w2; mov.b64 {a3, b3}, w3; "
+    "not.b32 a0, a0; not.b32 b0, b0; not.b32 a1, a1; not.b32 b1, b1; not.b32 a2, a2; not.b32 b2, b2; "
+    "not.b32 a3, a3; not.b32 b3, b3; add.rn.f32 a0, a0, a1; add.rn.f32 a2, a2, a3; add.rn.f32 $0, a0, a2; "
+    "add.rn.f32 b0, b0, b1; add.rn.f32 b2, b2, b3; add.rn.f32 $1, b0, b2; }"
+)
 
 
 @triton.jit(do_not_specialize=["prefetch_rows"])  # one kernel for every distance the tuner tries
@@ -340,7 +398,8 @@ def fused_bwd_kernel(
     W,  # weight [N] (unused unless HAS_WEIGHT)
     Mean,  # fp32 [M], from the forward
     Rstd,  # fp32 [M], from the forward
-    Partial,  # fp32 [HAS_WEIGHT + HAS_BIAS, programs, N]: per program, sums of dy * xhat and of dy
+    Partial,  # fp32 [HAS_WEIGHT + HAS_BIAS, groups, N]: per group, sums of dy * xhat and of dy; then, with
+    # SLICES > 1, the slices' exchange (_sum_over_slices)
     stride_x,
     stride_dy,
     stride_dx,
@@ -356,13 +415,19 @@ def fused_bwd_kernel(
     NUM_STAGES: tl.constexpr,  # > 1: the next row blocks' x, dy load (cp.async) during this one's math
     SINGLE_REDUCTION: tl.constexpr,  # c1's and c2's row sums in one cross-warp exchange per piece
     PREFETCH: tl.constexpr,  # sm_90+, 16-byte aligned rows: pull later rows into L2 first
+    SLICES: tl.constexpr,  # > 1 (TAIL_N = 0): each row's columns split over SLICES programs of BLOCK_N
 ):
     N, stride_x = _aligned(N, VEC), _aligned(stride_x, VEC)
     stride_dy, stride_dx = _aligned(stride_dy, VEC), _aligned(stride_dx, VEC)
-    # Persistent: program p handles row blocks p, p + programs, ...
+    # Persistent: the programs form groups of SLICES, one per slice of columns; group g handles row
+    # blocks g, g + groups, ...
     pid = tl.program_id(0)
-    programs = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_N)
+    group, groups, first = pid, tl.num_programs(0), 0
+    if SLICES > 1:
+        group, groups, first = pid // SLICES, tl.num_programs(0) // SLICES, pid % SLICES * BLOCK_N
+        exchange = Partial + ((HAS_WEIGHT + HAS_BIAS) * groups.to(tl.int64) * N + 3) // 4 * 4  # 16-byte aligned
+    blocks = tl.cdiv(M, BLOCK_M)
+    cols = first + tl.arange(0, BLOCK_N)
     col_ok = cols < N
     w = _param_piece(W, cols, col_ok, HAS_WEIGHT, 1.0).to(tl.float32)  # ones: g = dy exactly
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
@@ -373,15 +438,15 @@ def fused_bwd_kernel(
         w_t = _param_piece(W, cols_t, col_ok_t, HAS_WEIGHT, 1.0).to(tl.float32)
         dw_t = tl.zeros([TAIL_N], dtype=tl.float32)
         db_t = tl.zeros([TAIL_N], dtype=tl.float32)
-    for block in tl.range(pid, tl.cdiv(M, BLOCK_M), programs, num_stages=NUM_STAGES):
+    for block in tl.range(group, blocks, groups, num_stages=NUM_STAGES):
         rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < M
         if PREFETCH:
             ahead = rows + prefetch_rows
             _prefetch_rows_into_l2(X, ahead, ahead < M, stride_x, N)
             _prefetch_rows_into_l2(DY, ahead, ahead < M, stride_dy, N)
-        x, _, _, mask = _piece(X, rows, row_ok, stride_x, 0, N, BLOCK_N)
-        dy, _, _, _ = _piece(DY, rows, row_ok, stride_dy, 0, N, BLOCK_N)
+        x, _, _, mask = _piece(X, rows, row_ok, stride_x, first, N, BLOCK_N)
+        dy, _, _, _ = _piece(DY, rows, row_ok, stride_dy, first, N, BLOCK_N)
         if TAIL_N > 0:
             x_t, _, _, mask_t = _piece(X, rows, row_ok, stride_x, BLOCK_N, N, TAIL_N)
             dy_t, _, _, _ = _piece(DY, rows, row_ok, stride_dy, BLOCK_N, N, TAIL_N)
@@ -400,6 +465,9 @@ def fused_bwd_kernel(
             sum_xc_g_t, sum_g_t = _row_sum_pair(xc_t * g_t, g_t, SINGLE_REDUCTION)
             sum_xc_g += sum_xc_g_t
             sum_g += sum_g_t
+        if SLICES > 1:  # one row a block
+            a, b = _sum_over_slices(exchange, block, tl.sum(sum_xc_g), tl.sum(sum_g), pid, SLICES)
+            sum_xc_g, sum_g = tl.zeros_like(sum_xc_g) + a, tl.zeros_like(sum_g) + b
         xhat = xc * rstd[:, None]
         c1 = _div(sum_xc_g * rstd, N)
         c2 = _div(sum_g, N)
@@ -411,7 +479,7 @@ def fused_bwd_kernel(
             _store_dx(DX, rows, stride_dx, cols_t, mask_t, g_t, xhat_t, c1, c2, rstd)
             dw_t += tl.sum(dy_t * xhat_t, axis=0)
             db_t += tl.sum(dy_t, axis=0)
-    dw_row, db_row = _partial_rows(Partial, N, HAS_WEIGHT)
+    dw_row, db_row = _partial_rows(Partial, N, group, groups, HAS_WEIGHT)
     _store_partials(dw_row, db_row, cols, col_ok, dw, db, HAS_WEIGHT, HAS_BIAS)
     if TAIL_N > 0:
         _store_partials(dw_row, db_row, cols_t, col_ok_t, dw_t, db_t, HAS_WEIGHT, HAS_BIAS)
@@ -444,7 +512,7 @@ def two_pass_bwd_kernel(
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
-    dw_row, db_row = _partial_rows(Partial, N, HAS_WEIGHT)
+    dw_row, db_row = _partial_rows(Partial, N, pid, programs, HAS_WEIGHT)
     # dx only: pass 1 asks L2 to keep the row block's x and dy, pass 2 reads them there once more and
     # lets them go. With partial sums, those rows share L2 with the program's partial rows.
     keep: tl.constexpr = "" if PARTIAL_SUMS else "evict_last"
