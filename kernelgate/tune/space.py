@@ -91,7 +91,7 @@ def _pieces(variant: str, n: int, rows: int, block_n: int) -> list[int]:
 
 def _backward_stages(variant: str, n: int, block_n: int) -> tuple[int, ...]:
     """The pipeline depths a backward tile is swept at. two_pass pipelines rows of three chunks or more
-    past FUSED_BWD_REGISTER_LANES, where it is auto's backward and the heuristic's partial-sum tiles load
+    past FUSED_BWD_REGISTER_LANES, where it may be auto's backward and the heuristic's partial-sum tiles load
     two chunks ahead (16-bit 10240: three of 4096). At 6144 (H200) two and three chunks gained nothing, and
     sweeping narrower rows would take the default sweep past ten minutes."""
     if variant == "fused":
