@@ -210,7 +210,7 @@ def forward_launch(
     )  # fmt: skip
 
 
-def _partial_sums(programs: int, constexprs: dict, x2, weight, bias) -> torch.Tensor | None:
+def _partial_sums(programs: int, constexprs: dict, x2) -> torch.Tensor | None:
     """The fp32 buffer a backward launch of ``programs`` programs writes besides dx: the partial sums of
     dw and db, [slabs, groups, N] (a group: the programs that share rows, one per slice of a row), and
     for a row split into slices, the slices' exchange (a zeroed 64-bit word per row and slice, 2 or 4).
@@ -269,7 +269,7 @@ def backward_launch(
     constexprs = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
                       BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec, NUM_STAGES=cfg.num_stages,
                       **by_variant)  # fmt: skip
-    partial = _partial_sums(groups * slices, constexprs, x2, weight, bias)
+    partial = _partial_sums(groups * slices, constexprs, x2)
     launch = Launch(
         kernel=_BWD_KERNELS[variant],
         grid=(groups * slices,),
@@ -411,7 +411,7 @@ def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg
         key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx)
     if (kernel := bound(key)) is not None:
         programs, constexprs = kernel.grid[0], kernel.constexprs
-        partial = _partial_sums(programs, constexprs, x2, weight, bias)
+        partial = _partial_sums(programs, constexprs, x2)
         kernel(_addresses(_backward_args(dy2, x2, weight, mean, rstd, dx, partial), BACKWARD_POINTERS))
     else:
         launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx)
