@@ -544,11 +544,12 @@ def test_a_second_order_gradient_is_refused(kernel_device):
 
 @pytest.mark.parametrize(("n", "slices"), [(8193, 2), (20000, 3), (32768, 4)])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_fused_backward_in_row_slices(dtype, n, slices, cuda_device):
+@pytest.mark.parametrize("m", [1001, 3])
+def test_fused_backward_in_row_slices(m, dtype, n, slices, cuda_device):
     """Rows past 8192 lanes in slices of one program each, which exchange their row sums: the last
-    slice of 8193 holds one column; 20000 pads the exchange to four words. Large means, an odd M,
-    outputs poisoned with NaN; two runs give the same bits."""
-    case = LayerNormCase(1001, n, dtype, offset=1e3)
+    slice of 8193 holds one column; 20000 pads the exchange to four words. Large means, an odd M
+    (3: one row a group), outputs poisoned with NaN; two runs give the same bits."""
+    case = LayerNormCase(m, n, dtype, offset=1e3)
     x, w, b = case.make_inputs(cuda_device)
     dy = torch.randn_like(x)
     _, mean, rstd = layer_norm_fwd(x, w, b, case.eps, "fused")

@@ -308,7 +308,7 @@ def test_merge_keeps_other_gpu_classes_and_keys(tmp_path):
         assert resolve_variant("auto", "bwd", torch.float32, 16384, "H100") == "fused"
         assert resolve_variant("auto", "bwd", torch.float32, 32768, "H100") == "fused"
         assert resolve_variant("auto", "bwd", torch.bfloat16, 16384, "H100") == "fused"
-        assert resolve_variant("auto", "bwd", torch.bfloat16, 32768, "H100") == "two_pass"  # 16-bit: up to 16384
+        assert resolve_variant("auto", "bwd", torch.bfloat16, 32768, "H100") == "fused"
         assert resolve_variant("auto", "fwd", torch.float32, 16384, "H100") == "fused"
         assert resolve_variant("auto", "bwd", torch.float32, FUSED_MAX_N + 1, "H100") == "two_pass"
     assert select_variant("auto", "bwd", torch.float32, 5000, "H200") == "fused", "the override outlived its block"

@@ -353,7 +353,7 @@ def auto_choices(best: dict[Key, tuple[LaunchConfig, float]]) -> dict[str, str]:
     return {
         tuned_key("auto", direction, DTYPES[dtype], n): fastest[direction, dtype, n][1]
         for (direction, dtype, n), count in swept.items()
-        if count > 1 and fastest[direction, dtype, n][1] != heuristic_variant(direction, DTYPES[dtype], n)
+        if count > 1 and fastest[direction, dtype, n][1] != heuristic_variant(direction, n)
     }
 
 

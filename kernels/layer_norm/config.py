@@ -31,12 +31,8 @@ FUSED_MAX_N = 32768
 FUSED_BWD_REGISTER_LANES = 8192
 MAX_ROW_SLICES = 4
 # auto's backward splits rows from this width on, where they fill three quarters of their slices' lanes
-# or more (measured from 12288 up); narrower rows past 8192 lanes run two_pass's backward. 16-bit rows
-# only up to ROW_SLICES_MAX_N_16BIT: at 32768 (four slices of 16 KiB) the fp16 backward ran 1.29x
-# two_pass's speed in a fresh process but 0.91x in processes that had run the fp32 case first, on other
-# buffers (H200; docs/kernels/layer-norm.md).
+# or more (measured from 12288 up); narrower rows past 8192 lanes run two_pass's backward.
 ROW_SLICES_MIN_N = 12288
-ROW_SLICES_MAX_N_16BIT = 16384
 
 # How far ahead of its loads the fused forward prefetches rows into L2, per SM.
 FORWARD_PREFETCH_BYTES = 48 * 1024
@@ -143,17 +139,15 @@ def resolve_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gp
     if variant != "auto":
         return variant
     tuned = _tuned_entry(tuned_key("auto", direction, dtype, n), gpu, _tuned_override)
-    return tuned["variant"] if tuned is not None else heuristic_variant(direction, dtype, n)
+    return tuned["variant"] if tuned is not None else heuristic_variant(direction, n)
 
 
-def heuristic_variant(direction: str, dtype: torch.dtype, n: int) -> str:
+def heuristic_variant(direction: str, n: int) -> str:
     """auto's variant without a tuned choice: fused up to FUSED_MAX_N, the backward while its tile stays in
-    registers (FUSED_BWD_REGISTER_LANES) and in row slices from ROW_SLICES_MIN_N (16-bit rows up to
-    ROW_SLICES_MAX_N_16BIT); two_pass otherwise."""
+    registers (FUSED_BWD_REGISTER_LANES) and in row slices from ROW_SLICES_MIN_N; two_pass otherwise."""
     if n > FUSED_MAX_N:
         return "two_pass"
-    sliced = ROW_SLICES_MIN_N <= n <= (FUSED_MAX_N if dtype.itemsize == 4 else ROW_SLICES_MAX_N_16BIT)
-    fits = direction == "fwd" or fused_lanes(direction, n) <= FUSED_BWD_REGISTER_LANES or sliced
+    fits = direction == "fwd" or fused_lanes(direction, n) <= FUSED_BWD_REGISTER_LANES or n >= ROW_SLICES_MIN_N
     return "fused" if fits else "two_pass"
 
 

@@ -198,22 +198,31 @@ def _prefetch_rows_into_l2(X, rows, row_ok, stride, N):
 
 
 @triton.jit
-def _sum_over_slices(Exchange, row, a, b, pid, SLICES: tl.constexpr):
-    # The sums a and b of one row split over SLICES (2 to 4) programs, one slice of columns each:
-    # publish this slice's, wait for every slice's, sum them in slice order (the same bits in every
-    # slice; deterministic). Exchange is [M, 2 or 4] 64-bit words, zeroed by the launcher; a slice
-    # publishes both sums in one word, their bits inverted, which no float makes zero once NaN is
-    # canonical: a word is complete when it is non-zero, and no fence is needed. Scalars, so that each
-    # thread waits once; in PTX, because Triton's pipeliner issues a loop's loads iterations early, and
-    # a loop in Triton would keep it from pipelining the row-block loop, whose next loads hide the wait.
-    words = Exchange.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * (2 if SLICES == 2 else 4)
-    _publish(words + pid % SLICES, a, b)
+def _publish_slice_sums(Exchange, row, a, b, slice, SLICES: tl.constexpr):
+    # A row split over SLICES (2 to 4) programs, one slice of columns each, exchanges the slices' sums a and
+    # b: Exchange is [M, 2 or 4] 64-bit words, zeroed by the launcher. A slice publishes both sums in one
+    # word, their bits inverted, which no float makes zero once NaN is canonical: a word is complete when it
+    # is non-zero, and no fence is needed.
+    words = _exchange_words(Exchange, row, SLICES)
+    _publish(words + slice, a, b)
     if SLICES == 3:  # the fourth word adds nothing
         _publish(words + 3, 0.0, 0.0)
+
+
+@triton.jit
+def _row_sums_of_slices(Exchange, row, SLICES: tl.constexpr):
+    # Wait for every slice's word of the row, and sum them in slice order: the same bits in every slice
+    # (deterministic). Scalars, so that each thread waits once; in PTX, because Triton's pipeliner issues a
+    # loop's loads iterations early, and a loop in Triton would keep it from pipelining the row loop.
     return tl.inline_asm_elementwise(
-        _SUM_OF_TWO if SLICES == 2 else _SUM_OF_FOUR, "=r,=r,l", [words], dtype=(tl.float32, tl.float32),
-        is_pure=False, pack=1,
+        _SUM_OF_TWO if SLICES == 2 else _SUM_OF_FOUR, "=r,=r,l", [_exchange_words(Exchange, row, SLICES)],
+        dtype=(tl.float32, tl.float32), is_pure=False, pack=1,
     )  # fmt: skip
+
+
+@triton.jit
+def _exchange_words(Exchange, row, SLICES: tl.constexpr):
+    return Exchange.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * (2 if SLICES == 2 else 4)
 
 
 @triton.jit
@@ -390,6 +399,73 @@ def _store_partials(dw_row, db_row, cols, col_ok, dw, db, HAS_WEIGHT: tl.constex
         tl.store(db_row + cols, db, mask=col_ok)
 
 
+@triton.jit
+def _slice_sums(x, dy, w, mean, SINGLE_REDUCTION: tl.constexpr):
+    # One slice's share of c1's and c2's row sums: sum((x - mean) * g) and sum(g), g = dy * w.
+    g = dy.to(tl.float32) * w
+    xc_g = (x.to(tl.float32) - mean) * g
+    if SINGLE_REDUCTION:
+        return tl.reduce((xc_g, g), 0, _sum_pair)
+    return tl.sum(xc_g), tl.sum(g)
+
+
+@triton.jit
+def _backward_in_slices(X, DY, DX, Mean, Rstd, Exchange, stride_x, stride_dy, stride_dx, M, N, cols, col_ok, w,
+                        group, groups, slice, SLICES: tl.constexpr, NUM_STAGES: tl.constexpr,
+                        SINGLE_REDUCTION: tl.constexpr, FINISH_LATE: tl.constexpr):  # fmt: skip
+    # Rows group, group + groups, ..., each split over SLICES programs; returns this slice's dw and db sums.
+    # A step loads its row's slice and publishes its sums, then finishes a row once every slice's sums are
+    # in: its dx, and its terms of dw and db. FINISH_LATE: the previous row, loaded again, whose other
+    # slices' sums had this step's loads and sums to arrive, so that the exchange's latency no longer adds
+    # to every step. The pipeliner issues both loads of a row together: the second costs shared memory
+    # (twice the pipeline's), not DRAM traffic; kept in registers, the row would spill.
+    dw = tl.zeros_like(w)
+    db = tl.zeros_like(w)
+    first = group
+    if FINISH_LATE:
+        x, dy, mean, _ = _slice_of_row(X, DY, Mean, Rstd, group, stride_x, stride_dy, cols, col_ok)
+        _publish_slice_sums(Exchange, group, *_slice_sums(x, dy, w, mean, SINGLE_REDUCTION), slice, SLICES)
+        first += groups
+    for row in tl.range(first, M, groups, num_stages=NUM_STAGES):
+        x, dy, mean, rstd = _slice_of_row(X, DY, Mean, Rstd, row, stride_x, stride_dy, cols, col_ok)
+        _publish_slice_sums(Exchange, row, *_slice_sums(x, dy, w, mean, SINGLE_REDUCTION), slice, SLICES)
+        finished = row
+        if FINISH_LATE:
+            finished -= groups
+            x, dy, mean, rstd = _slice_of_row(X, DY, Mean, Rstd, finished, stride_x, stride_dy, cols, col_ok)
+        dw, db = _finish_sliced_row(
+            DX, Exchange, finished, stride_dx, N, cols, col_ok, x, dy, w, mean, rstd, dw, db, SLICES
+        )
+    if FINISH_LATE:
+        last = group + (M - 1 - group) // groups * groups
+        x, dy, mean, rstd = _slice_of_row(X, DY, Mean, Rstd, last, stride_x, stride_dy, cols, col_ok)
+        dw, db = _finish_sliced_row(
+            DX, Exchange, last, stride_dx, N, cols, col_ok, x, dy, w, mean, rstd, dw, db, SLICES
+        )
+    return dw, db
+
+
+@triton.jit
+def _slice_of_row(X, DY, Mean, Rstd, row, stride_x, stride_dy, cols, col_ok):
+    # x and dy over this slice's columns of the row, as stored, and the row's statistics.
+    x = tl.load(X + row.to(tl.int64) * stride_x + cols, mask=col_ok, other=0.0)
+    dy = tl.load(DY + row.to(tl.int64) * stride_dy + cols, mask=col_ok, other=0.0)
+    return x, dy, tl.load(Mean + row), tl.load(Rstd + row)
+
+
+@triton.jit
+def _finish_sliced_row(DX, Exchange, row, stride_dx, N, cols, col_ok, x, dy, w, mean, rstd, dw, db,
+                       SLICES: tl.constexpr):  # fmt: skip
+    # Once every slice's sums of the row are in: its slice of dx, and dw and db with its terms added.
+    sum_xc_g, sum_g = _row_sums_of_slices(Exchange, row, SLICES)
+    dy = dy.to(tl.float32)
+    g = dy * w
+    xhat = (x.to(tl.float32) - mean) * rstd
+    dx = (g - (xhat * _div(sum_xc_g * rstd, N) + _div(sum_g, N))) * rstd
+    tl.store(DX + row.to(tl.int64) * stride_dx + cols, dx.to(DX.dtype.element_ty), mask=col_ok)
+    return dw + dy * xhat, db + dy
+
+
 @triton.jit(do_not_specialize=["prefetch_rows"])
 def fused_bwd_kernel(
     X,  # forward input, [M, N], row stride stride_x
@@ -399,7 +475,7 @@ def fused_bwd_kernel(
     Mean,  # fp32 [M], from the forward
     Rstd,  # fp32 [M], from the forward
     Partial,  # fp32 [HAS_WEIGHT + HAS_BIAS, groups, N]: per group, sums of dy * xhat and of dy; then, with
-    # SLICES > 1, the slices' exchange (_sum_over_slices)
+    # SLICES > 1, the slices' exchange (_publish_slice_sums)
     stride_x,
     stride_dy,
     stride_dx,
@@ -416,6 +492,7 @@ def fused_bwd_kernel(
     SINGLE_REDUCTION: tl.constexpr,  # c1's and c2's row sums in one cross-warp exchange per piece
     PREFETCH: tl.constexpr,  # sm_90+, 16-byte aligned rows: pull later rows into L2 first
     SLICES: tl.constexpr,  # > 1 (TAIL_N = 0): each row's columns split over SLICES programs of BLOCK_N
+    FINISH_LATE: tl.constexpr,  # SLICES > 1: a step finishes the previous row (_backward_in_slices)
 ):
     N, stride_x = _aligned(N, VEC), _aligned(stride_x, VEC)
     stride_dy, stride_dx = _aligned(stride_dy, VEC), _aligned(stride_dx, VEC)
@@ -438,47 +515,49 @@ def fused_bwd_kernel(
         w_t = _param_piece(W, cols_t, col_ok_t, HAS_WEIGHT, 1.0).to(tl.float32)
         dw_t = tl.zeros([TAIL_N], dtype=tl.float32)
         db_t = tl.zeros([TAIL_N], dtype=tl.float32)
-    for block in tl.range(group, blocks, groups, num_stages=NUM_STAGES):
-        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < M
-        if PREFETCH:
-            ahead = rows + prefetch_rows
-            _prefetch_rows_into_l2(X, ahead, ahead < M, stride_x, N)
-            _prefetch_rows_into_l2(DY, ahead, ahead < M, stride_dy, N)
-        x, _, _, mask = _piece(X, rows, row_ok, stride_x, first, N, BLOCK_N)
-        dy, _, _, _ = _piece(DY, rows, row_ok, stride_dy, first, N, BLOCK_N)
-        if TAIL_N > 0:
-            x_t, _, _, mask_t = _piece(X, rows, row_ok, stride_x, BLOCK_N, N, TAIL_N)
-            dy_t, _, _, _ = _piece(DY, rows, row_ok, stride_dy, BLOCK_N, N, TAIL_N)
-        mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
-        rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
-        # Masked lanes load x = dy = 0, so g = 0 there and need no masking of their own, as long
-        # as what multiplies g stays finite: x - mean does, while xhat = -mean * rstd overflows
-        # past |mean| ~ 1e36. So c1 takes rstd after the row sum; where xhat is inf, dx and dw
-        # lanes are past N and never stored.
-        xc = x - mean[:, None]
-        g = dy * w[None, :]
-        sum_xc_g, sum_g = _row_sum_pair(xc * g, g, SINGLE_REDUCTION)
-        if TAIL_N > 0:
-            xc_t = x_t - mean[:, None]
-            g_t = dy_t * w_t[None, :]
-            sum_xc_g_t, sum_g_t = _row_sum_pair(xc_t * g_t, g_t, SINGLE_REDUCTION)
-            sum_xc_g += sum_xc_g_t
-            sum_g += sum_g_t
-        if SLICES > 1:  # one row a block
-            a, b = _sum_over_slices(exchange, block, tl.sum(sum_xc_g), tl.sum(sum_g), pid, SLICES)
-            sum_xc_g, sum_g = tl.zeros_like(sum_xc_g) + a, tl.zeros_like(sum_g) + b
-        xhat = xc * rstd[:, None]
-        c1 = _div(sum_xc_g * rstd, N)
-        c2 = _div(sum_g, N)
-        _store_dx(DX, rows, stride_dx, cols, mask, g, xhat, c1, c2, rstd)
-        dw += tl.sum(dy * xhat, axis=0)
-        db += tl.sum(dy, axis=0)
-        if TAIL_N > 0:
-            xhat_t = xc_t * rstd[:, None]
-            _store_dx(DX, rows, stride_dx, cols_t, mask_t, g_t, xhat_t, c1, c2, rstd)
-            dw_t += tl.sum(dy_t * xhat_t, axis=0)
-            db_t += tl.sum(dy_t, axis=0)
+    if SLICES > 1:  # one row a step (BLOCK_M = 1)
+        dw, db = _backward_in_slices(X, DY, DX, Mean, Rstd, exchange, stride_x, stride_dy, stride_dx, M, N, cols,
+                                     col_ok, w, group, groups, pid % SLICES, SLICES, NUM_STAGES, SINGLE_REDUCTION,
+                                     FINISH_LATE)  # fmt: skip
+    else:
+        for block in tl.range(group, blocks, groups, num_stages=NUM_STAGES):
+            rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+            row_ok = rows < M
+            if PREFETCH:
+                ahead = rows + prefetch_rows
+                _prefetch_rows_into_l2(X, ahead, ahead < M, stride_x, N)
+                _prefetch_rows_into_l2(DY, ahead, ahead < M, stride_dy, N)
+            x, _, _, mask = _piece(X, rows, row_ok, stride_x, first, N, BLOCK_N)
+            dy, _, _, _ = _piece(DY, rows, row_ok, stride_dy, first, N, BLOCK_N)
+            if TAIL_N > 0:
+                x_t, _, _, mask_t = _piece(X, rows, row_ok, stride_x, BLOCK_N, N, TAIL_N)
+                dy_t, _, _, _ = _piece(DY, rows, row_ok, stride_dy, BLOCK_N, N, TAIL_N)
+            mean = tl.load(Mean + rows, mask=row_ok, other=0.0)
+            rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)
+            # Masked lanes load x = dy = 0, so g = 0 there and need no masking of their own, as long
+            # as what multiplies g stays finite: x - mean does, while xhat = -mean * rstd overflows
+            # past |mean| ~ 1e36. So c1 takes rstd after the row sum; where xhat is inf, dx and dw
+            # lanes are past N and never stored.
+            xc = x - mean[:, None]
+            g = dy * w[None, :]
+            sum_xc_g, sum_g = _row_sum_pair(xc * g, g, SINGLE_REDUCTION)
+            if TAIL_N > 0:
+                xc_t = x_t - mean[:, None]
+                g_t = dy_t * w_t[None, :]
+                sum_xc_g_t, sum_g_t = _row_sum_pair(xc_t * g_t, g_t, SINGLE_REDUCTION)
+                sum_xc_g += sum_xc_g_t
+                sum_g += sum_g_t
+            xhat = xc * rstd[:, None]
+            c1 = _div(sum_xc_g * rstd, N)
+            c2 = _div(sum_g, N)
+            _store_dx(DX, rows, stride_dx, cols, mask, g, xhat, c1, c2, rstd)
+            dw += tl.sum(dy * xhat, axis=0)
+            db += tl.sum(dy, axis=0)
+            if TAIL_N > 0:
+                xhat_t = xc_t * rstd[:, None]
+                _store_dx(DX, rows, stride_dx, cols_t, mask_t, g_t, xhat_t, c1, c2, rstd)
+                dw_t += tl.sum(dy_t * xhat_t, axis=0)
+                db_t += tl.sum(dy_t, axis=0)
     dw_row, db_row = _partial_rows(Partial, N, group, groups, HAS_WEIGHT)
     _store_partials(dw_row, db_row, cols, col_ok, dw, db, HAS_WEIGHT, HAS_BIAS)
     if TAIL_N > 0:
