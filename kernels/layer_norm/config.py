@@ -251,9 +251,9 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
         # statistics: on an H200 up to 1.07x faster (fp32 768), 0.985x at fp16 1600.
         return LaunchConfig(block_m, block_n, warps, preload_affine=block_m * n < 4096, prefetch_per_sm=prefetch)
     if lanes > FUSED_BWD_REGISTER_LANES:
-        # A row in slices of 8192 lanes, 8 warps, two row steps loading ahead (three in fp32). On an H200
-        # at 8192 rows of 12288-32768, against two_pass's backward: 16-bit 1.21-1.30x, fp32 1.55-1.71x;
-        # 16 warps 1.00-1.27x, four steps ahead at 16-bit 1.15-1.26x.
+        # A row in slices of 8192 lanes, 8 warps, two row steps loading ahead (three in fp32). On an H100
+        # at 8192 rows of 12288-32768, against two_pass's backward: 16-bit 1.46-1.76x, fp32 1.69-1.76x;
+        # slices of 4096 lanes 0.83-1.00x the 8192s at 16 bits, four steps ahead 0.98-1.02x.
         slices = cdiv(n, FUSED_BWD_REGISTER_LANES)
         return LaunchConfig(1, FUSED_BWD_REGISTER_LANES, 8, programs_per_sm=1, num_stages=3 if size < 4 else 4,
                             row_slices=slices)  # fmt: skip
