@@ -44,6 +44,9 @@ def groups():
         (["kernels/attention/tilelang_kernels.py", "docs/measuring.md"], ("attention",)),
         (["kernels/layer_norm/config.py", "kernels/attention/ops.py"], ("layer_norm", "attention")),
         (["kernelgate/measure/timing.py"], ("layer_norm", "attention")),  # the harness: everything
+        (["kernelgate/tune/space.py", "kernelgate/cases/layer_norm.py"], ("layer_norm",)),  # one kernel's own
+        (["kernelgate/tune/attention.py"], ("attention",)),
+        (["kernelgate/a_new_module.py"], ("layer_norm", "attention")),  # unknown: fails safe
         (["requirements/runner.txt"], ("layer_norm", "attention")),
         (["a_new_top_level_file.py"], ("layer_norm", "attention")),  # unknown: fails safe
         (["README.md", "docs/gate.md", ".github/workflows/cpu.yml"], ()),
