@@ -417,16 +417,16 @@ def _backward_in_slices(X, DY, DX, Mean, Rstd, Exchange, stride_x, stride_dy, st
     # A step loads its row's slice and publishes its sums, then finishes a row once every slice's sums are
     # in: its dx, and its terms of dw and db. FINISH_LATE: the previous row, loaded again, whose other
     # slices' sums had this step's loads and sums to arrive, so that the exchange's latency no longer adds
-    # to every step. The pipeliner issues both loads of a row together: the second costs shared memory
-    # (twice the pipeline's), not DRAM traffic; kept in registers, the row would spill.
+    # to every step. The pipeliner issues a row's second load a step after its first, while the row is still
+    # in L2: it costs shared memory (twice the pipeline's), not DRAM traffic; kept in registers, it would spill.
     dw = tl.zeros_like(w)
     db = tl.zeros_like(w)
-    first = group
+    first_row = group
     if FINISH_LATE:
         x, dy, mean, _ = _slice_of_row(X, DY, Mean, Rstd, group, stride_x, stride_dy, cols, col_ok)
         _publish_slice_sums(Exchange, group, *_slice_sums(x, dy, w, mean, SINGLE_REDUCTION), slice, SLICES)
-        first += groups
-    for row in tl.range(first, M, groups, num_stages=NUM_STAGES):
+        first_row += groups
+    for row in tl.range(first_row, M, groups, num_stages=NUM_STAGES):
         x, dy, mean, rstd = _slice_of_row(X, DY, Mean, Rstd, row, stride_x, stride_dy, cols, col_ok)
         _publish_slice_sums(Exchange, row, *_slice_sums(x, dy, w, mean, SINGLE_REDUCTION), slice, SLICES)
         finished = row
