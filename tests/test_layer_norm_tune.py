@@ -189,7 +189,9 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
 # two_pass backward's tiles at 16384 and 32768, then its 16-bit keys there with column_grads in the space
 # (every configuration, on the H100), and the fused forward with the L2 prefetch in the heuristic, at
 # 768-8192, 16384 and 32768 on the H100 and at the model widths up to 16384 on the H200 (each key's three
-# best, the heuristic's and its twin without the prefetch); with the keys each holds.
+# best, the heuristic's and its twin without the prefetch), and the 16-bit fused backward in row slices at
+# 12288-32768 on both GPUs (the prefetch distance, the single reduction, warps, stages and slice widths,
+# each configuration's repeats averaged); with the keys each holds.
 RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
 SWEEP_KEYS = {
     "h100-every-key": 48,
@@ -204,6 +206,8 @@ SWEEP_KEYS = {
     "h100-wide-rows-column-grads": 4,
     "h100-fused-forward-prefetch": 32,
     "h200-fused-forward-prefetch": 18,
+    "h100-wide-16bit-row-slices": 6,
+    "h200-wide-16bit-row-slices": 6,
 }
 
 

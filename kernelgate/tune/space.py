@@ -186,7 +186,6 @@ def refinements(variant: str, direction: str, leaders: list[LaunchConfig]) -> li
         for cfg in leaders[: PREFETCH_LEADERS[direction]]
         for balanced in grids
         for ahead in PREFETCH_PER_SM
-        if cfg.row_slices == 1  # a slice would prefetch its whole row
     ]
     balanced = [dataclasses.replace(cfg, balanced_grid=True) for cfg in leaders] if direction == "bwd" else []
     return balanced + prefetching

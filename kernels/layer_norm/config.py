@@ -253,9 +253,13 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     if lanes > FUSED_BWD_REGISTER_LANES:
         # A row in slices of 8192 lanes, 8 warps, two row steps loading ahead (three in fp32). On an H100
         # at 8192 rows of 12288-32768, against two_pass's backward: 16-bit 1.46-1.76x, fp32 1.69-1.76x;
-        # slices of 4096 lanes 0.83-1.00x the 8192s at 16 bits, four steps ahead 0.98-1.02x.
+        # slices of 4096 lanes 0.83-1.00x the 8192s at 16 bits, four steps ahead 0.98-1.02x. 16-bit slices
+        # also prefetch two steps ahead into L2 and take the single reduction: 1.00-1.15x faster on an H100,
+        # 1.05-1.07x on an H200; fp32's prefetch ran 0.95-0.97x on an H200.
         slices = cdiv(n, FUSED_BWD_REGISTER_LANES)
-        return LaunchConfig(1, FUSED_BWD_REGISTER_LANES, 8, programs_per_sm=1, num_stages=3 if size < 4 else 4,
+        wide_16bit = size < 4
+        return LaunchConfig(1, FUSED_BWD_REGISTER_LANES, 8, programs_per_sm=1, num_stages=3 if wide_16bit else 4,
+                            prefetch_per_sm=2 if wide_16bit else 0, single_reduction=wide_16bit,
                             row_slices=slices)  # fmt: skip
     # The fused backward at one program per SM, two where a row block of x is under 8 KiB (16-bit 768,
     # 1600 and 3072 1.11-1.14x faster on an H200; fp32's, 12 KiB, would run 1.04-1.08x slower), with up to

@@ -252,10 +252,10 @@ def backward_launch(
         raise ValueError(f"layer_norm: {cfg} asks for column_grads, which only the two_pass backward has")
     slices = cfg.row_slices
     if slices > 1 and not (variant == "fused" and cfg.block_m == cfg.programs_per_sm == 1 and slices <= MAX_ROW_SLICES
-                           and cfg.block_n * (slices - 1) < n and not cfg.prefetch_per_sm):  # fmt: skip
+                           and cfg.block_n * (slices - 1) < n):  # fmt: skip
         raise ValueError(
             f"layer_norm: {cfg} splits rows of {n} into {slices} slices; the fused backward splits a row into 2 to "
-            f"{MAX_ROW_SLICES} slices of block_n columns, one row a step, one program per SM, without the L2 prefetch"
+            f"{MAX_ROW_SLICES} slices of block_n columns, one row a step, one program per SM"
         )
     if slices > 1 and interpreter_mode():
         # Slices wait for each other, and the interpreter runs programs one after another: a row in one.
@@ -263,6 +263,8 @@ def backward_launch(
     groups = persistent_programs(cdiv(m, cfg.block_m), _sms(x2) * cfg.programs_per_sm // slices, cfg.balanced_grid)
     vec = vector_width(n, x2, dy2, dx, weight)
     prefetch, prefetch_rows = _l2_prefetch(cfg, x2, vec)
+    if slices > 1:  # prefetch_per_sm steps ahead, as elsewhere: a step of the groups is one row each
+        prefetch_rows = cfg.prefetch_per_sm * groups if prefetch else 0
     # 16-bit slices finish each row a step late, loading it again, for twice the pipeline's shared memory
     # (H100: 1.09-1.19x faster at 12288-32768); fp32's would leave room for one stage (0.92x at 32768).
     finish_late = slices > 1 and x2.element_size() == 2

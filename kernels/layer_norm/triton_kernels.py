@@ -61,7 +61,8 @@ about one resident grid ahead, 16-bit 4096x5000 went from 94% of the speed of a 
 to 97-99.5%, and fp16 16384x5000 ran 1.045x as fast. Too far ahead, the rows are evicted before
 use and it is much slower, so the distance is tuned. The fused backward takes the same option in
 its persistent loop: each row-block step first prefetches the x and dy rows ``prefetch_rows``
-past its own, rows that some program will reach a few steps later.
+past its own, rows that some program will reach a few steps later (a row slice: its slice of
+its group's row that many rows on).
 
 The fused forward and the column sum take ``PDL``: launched with programmatic
 dependent launch (sm_90+), such a kernel is scheduled while the previous one in the
@@ -184,8 +185,8 @@ def _shifted_sums(x, mask, shift, SINGLE_REDUCTION: tl.constexpr):
 
 @triton.jit
 def _prefetch_rows_into_l2(X, rows, row_ok, stride, N):
-    # One bulk prefetch of each whole row, issued by one thread (cp.async.bulk.prefetch, sm_90+:
-    # the row must start 16-byte aligned and span a multiple of 16 bytes). No data reaches
+    # One bulk prefetch of each row's N elements from X, issued by one thread (cp.async.bulk.prefetch,
+    # sm_90+: they must start 16-byte aligned and span a multiple of 16 bytes). No data reaches
     # registers and nothing waits for it.
     lane = tl.arange(0, tl_cuda.num_threads())
     issue = ((lane[None, :] == 0) & row_ok[:, None]).to(tl.int32)
@@ -411,8 +412,9 @@ def _slice_sums(x, dy, w, mean, SINGLE_REDUCTION: tl.constexpr):
 
 @triton.jit
 def _backward_in_slices(X, DY, DX, Mean, Rstd, Exchange, stride_x, stride_dy, stride_dx, M, N, cols, col_ok, w,
-                        group, groups, slice, SLICES: tl.constexpr, NUM_STAGES: tl.constexpr,
-                        SINGLE_REDUCTION: tl.constexpr, FINISH_LATE: tl.constexpr):  # fmt: skip
+                        group, groups, slice, first, prefetch_rows, SLICES: tl.constexpr, NUM_STAGES: tl.constexpr,
+                        SINGLE_REDUCTION: tl.constexpr, FINISH_LATE: tl.constexpr, PREFETCH: tl.constexpr,
+                        BLOCK_N: tl.constexpr):  # fmt: skip
     # Rows group, group + groups, ..., each split over SLICES programs; returns this slice's dw and db sums.
     # A step loads its row's slice and publishes its sums, then finishes a row once every slice's sums are
     # in: its dx, and its terms of dw and db. FINISH_LATE: the previous row, loaded again, whose other
@@ -427,6 +429,10 @@ def _backward_in_slices(X, DY, DX, Mean, Rstd, Exchange, stride_x, stride_dy, st
         _publish_slice_sums(Exchange, group, *_slice_sums(x, dy, w, mean, SINGLE_REDUCTION), slice, SLICES)
         first_row += groups
     for row in tl.range(first_row, M, groups, num_stages=NUM_STAGES):
+        if PREFETCH:  # this slice of the group's row prefetch_rows on
+            ahead = row + prefetch_rows + tl.zeros([1], dtype=tl.int32)
+            _prefetch_rows_into_l2(X + first, ahead, ahead < M, stride_x, tl.minimum(N - first, BLOCK_N))
+            _prefetch_rows_into_l2(DY + first, ahead, ahead < M, stride_dy, tl.minimum(N - first, BLOCK_N))
         x, dy, mean, rstd = _slice_of_row(X, DY, Mean, Rstd, row, stride_x, stride_dy, cols, col_ok)
         _publish_slice_sums(Exchange, row, *_slice_sums(x, dy, w, mean, SINGLE_REDUCTION), slice, SLICES)
         finished = row
@@ -517,8 +523,8 @@ def fused_bwd_kernel(
         db_t = tl.zeros([TAIL_N], dtype=tl.float32)
     if SLICES > 1:  # one row a step (BLOCK_M = 1)
         dw, db = _backward_in_slices(X, DY, DX, Mean, Rstd, exchange, stride_x, stride_dy, stride_dx, M, N, cols,
-                                     col_ok, w, group, groups, pid % SLICES, SLICES, NUM_STAGES, SINGLE_REDUCTION,
-                                     FINISH_LATE)  # fmt: skip
+                                     col_ok, w, group, groups, pid % SLICES, first, prefetch_rows, SLICES, NUM_STAGES,
+                                     SINGLE_REDUCTION, FINISH_LATE, PREFETCH, BLOCK_N)  # fmt: skip
     else:
         for block in tl.range(group, blocks, groups, num_stages=NUM_STAGES):
             rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
