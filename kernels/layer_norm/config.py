@@ -67,8 +67,9 @@ class LaunchConfig:
     # Backward only: as few programs as take the same number of row-block steps each (persistent_programs).
     balanced_grid: bool = False
     # Fused only: each program (the forward) or row-block step (the persistent backward) first pulls
-    # into L2 the rows this many times the SM count of row blocks later (0: off). About one resident
-    # grid ahead pays in the forward; further, the rows are evicted before use.
+    # into L2 the rows this many times the SM count of row blocks later (0: off); a row slice, its slice
+    # of the row this many of its group's steps later. About one resident grid ahead pays in the forward;
+    # further, the rows are evicted before use.
     prefetch_per_sm: int = 0
     # two_pass backward only: the row kernel writes dx alone and a column kernel sums dw and db,
     # reading x and dy once more, instead of each program adding its rows to fp32 partial rows of

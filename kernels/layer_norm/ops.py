@@ -263,7 +263,7 @@ def backward_launch(
     groups = persistent_programs(cdiv(m, cfg.block_m), _sms(x2) * cfg.programs_per_sm // slices, cfg.balanced_grid)
     vec = vector_width(n, x2, dy2, dx, weight)
     prefetch, prefetch_rows = _l2_prefetch(cfg, x2, vec)
-    if slices > 1:  # prefetch_per_sm steps ahead, as elsewhere: a step of the groups is one row each
+    if slices > 1:  # counted in the groups' steps, a row each, not in row blocks per SM (LaunchConfig)
         prefetch_rows = cfg.prefetch_per_sm * groups if prefetch else 0
     # 16-bit slices finish each row a step late, loading it again, for twice the pipeline's shared memory
     # (H100: 1.09-1.19x faster at 12288-32768); fp32's would leave room for one stage (0.92x at 32768).

@@ -429,10 +429,11 @@ def _backward_in_slices(X, DY, DX, Mean, Rstd, Exchange, stride_x, stride_dy, st
         _publish_slice_sums(Exchange, group, *_slice_sums(x, dy, w, mean, SINGLE_REDUCTION), slice, SLICES)
         first_row += groups
     for row in tl.range(first_row, M, groups, num_stages=NUM_STAGES):
-        if PREFETCH:  # this slice of the group's row prefetch_rows on
+        if PREFETCH:  # this slice of x and dy prefetch_rows rows on, a row this group reaches later
             ahead = row + prefetch_rows + tl.zeros([1], dtype=tl.int32)
-            _prefetch_rows_into_l2(X + first, ahead, ahead < M, stride_x, tl.minimum(N - first, BLOCK_N))
-            _prefetch_rows_into_l2(DY + first, ahead, ahead < M, stride_dy, tl.minimum(N - first, BLOCK_N))
+            width = tl.minimum(N - first, BLOCK_N)
+            _prefetch_rows_into_l2(X + first, ahead, ahead < M, stride_x, width)
+            _prefetch_rows_into_l2(DY + first, ahead, ahead < M, stride_dy, width)
         x, dy, mean, rstd = _slice_of_row(X, DY, Mean, Rstd, row, stride_x, stride_dy, cols, col_ok)
         _publish_slice_sums(Exchange, row, *_slice_sums(x, dy, w, mean, SINGLE_REDUCTION), slice, SLICES)
         finished = row
