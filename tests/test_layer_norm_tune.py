@@ -122,9 +122,11 @@ def test_the_fused_backward_leaders_are_tried_again_on_a_balanced_grid():
     assert refinements("two_pass", "fwd", leaders) == refinements("two_pass", "bwd", leaders) == []
 
 
-@pytest.mark.parametrize("direction", ["fwd", "bwd"])
-def test_the_fused_leaders_are_tried_again_with_each_prefetch_distance(direction):
-    leaders = candidates("fused", direction, torch.float16, 5000)[:REFINED_LEADERS]
+@pytest.mark.parametrize(("direction", "n"), [("fwd", 5000), ("bwd", 5000), ("bwd", 16384)])
+def test_the_fused_leaders_are_tried_again_with_each_prefetch_distance(direction, n):
+    # 16384: the backward's leaders are row slices, which prefetch their own slice of a row.
+    leaders = candidates("fused", direction, torch.float16, n)[:REFINED_LEADERS]
+    assert all((c.row_slices > 1) == (n == 16384) for c in leaders)
     prefetching = [c for c in refinements("fused", direction, leaders) if c.prefetch_per_sm]
     # The backward on either persistent grid.
     grids = (False, True) if direction == "bwd" else (False,)
