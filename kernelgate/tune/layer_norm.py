@@ -40,6 +40,7 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -191,6 +192,10 @@ class CaseTensors:
                 return ops.forward_launch(s["x"], s["w"], s["b"], self.case.eps, variant, y, None, None, cfg)()
             return ops.layer_norm_bwd(s["dy"], s["x"], s["w"], s["b"], s["mean"], s["rstd"], variant, None, cfg)
 
+        return self.runner_of(call)
+
+    def runner_of(self, call: Callable[[dict], object]):
+        """``call`` of one input set, timed as ``runner``'s: each call takes the next set."""
         sets = itertools.cycle(self.sets)
         return batched(lambda: call(next(sets)), len(self.sets))
 
