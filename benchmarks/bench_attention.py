@@ -84,3 +84,11 @@ class AttentionBackwardMetrics:
         return self.metrics["speedup_vs_fa2"]
 
     track_speedup_vs_fa2.unit = "x"
+
+    def track_speedup_vs_cudnn(self, measured, config, accum):
+        """Over cuDNN SDPA's backward on the batch padded to its longest sequence, timed in the same rounds."""
+        if "speedup_vs_cudnn" not in self.metrics:
+            raise SkipNotImplemented("cuDNN SDPA does not run this config")
+        return self.metrics["speedup_vs_cudnn"]
+
+    track_speedup_vs_cudnn.unit = "x"

@@ -21,7 +21,7 @@ import os
 import statistics
 from collections.abc import Callable, Iterable
 
-from kernelgate.cases.attention import ATTENTION_BASELINE, AttentionCase
+from kernelgate.cases.attention import ATTENTION_REFERENCES, AttentionCase
 from kernelgate.cases.layer_norm import (
     BENCH_DIRECTIONS,
     BENCH_DTYPES,
@@ -91,12 +91,17 @@ def layer_norm_metrics(
     return metrics
 
 
+# The references each mode's speed is read against, where they run (FA2, cuDNN): the metric each one gives.
+ATTENTION_SPEEDUPS = dict(zip(ATTENTION_REFERENCES, ("speedup_vs_fa2", "speedup_vs_cudnn"), strict=True))
+
+
 def attention_metrics(case: AttentionCase, modes: list[str]) -> dict[str, dict[str, float]]:
-    """Per accumulation mode: TFLOP/s, % of the bf16 matmul peak and, where FA2 runs
-    (d_qk == d_v), the speedup over torch's varlen FA2 backward."""
+    """Per accumulation mode: TFLOP/s, % of the bf16 matmul peak and the speedups over torch's varlen
+    FA2 backward, where it runs (d_qk == d_v), and over cuDNN SDPA's on the padded batch."""
     fns = {mode: warmed(attention_backward_workload(case, mode)) for mode in modes}
-    with contextlib.suppress(NotImplementedError):
-        fns[ATTENTION_BASELINE] = warmed(attention_backward_workload(case, ATTENTION_BASELINE))
+    for reference in ATTENTION_SPEEDUPS:
+        with contextlib.suppress(NotImplementedError):
+            fns[reference] = warmed(attention_backward_workload(case, reference))
     fns["matmul"], matmul_flops = timing.matmul()
     t = timing.interleaved_ms(fns)
     flops = case.flops_backward()
@@ -106,8 +111,9 @@ def attention_metrics(case: AttentionCase, modes: list[str]) -> dict[str, dict[s
             "tflops": timing.tflops(flops, statistics.median(t[mode])),
             "pct_matmul_peak": timing.pct_of_reference(flops, matmul_flops, t["matmul"], t[mode]),
         }
-        if ATTENTION_BASELINE in t:
-            m["speedup_vs_fa2"] = timing.median_ratio(t[ATTENTION_BASELINE], t[mode])
+        for reference, name in ATTENTION_SPEEDUPS.items():
+            if reference in t:
+                m[name] = timing.median_ratio(t[reference], t[mode])
         metrics[mode] = m
     return metrics
 

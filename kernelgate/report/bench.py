@@ -95,6 +95,7 @@ def attention_rows(values: dict) -> list[dict]:
                 "case": config,
                 "time_us": time_s * 1e6 if time_s is not None else None,
                 "speedup_fa2": _value(values, f"{ATT_METRICS}.track_speedup_vs_fa2", (config, accum)),
+                "speedup_cudnn": _value(values, f"{ATT_METRICS}.track_speedup_vs_cudnn", (config, accum)),
                 "tflops": _value(values, f"{ATT_METRICS}.track_tflops", (config, accum)),
                 "pct_peak": _value(values, f"{ATT_METRICS}.track_pct_matmul_peak", (config, accum)),
             }
@@ -103,7 +104,7 @@ def attention_rows(values: dict) -> list[dict]:
 
 
 # A row is worth a line when asv recorded one of these for it.
-MEASURED = ("time_us", "speedup_torch", "speedup_fa2", "gbps", "tflops", "pct_peak")
+MEASURED = ("time_us", "speedup_torch", "speedup_fa2", "speedup_cudnn", "gbps", "tflops", "pct_peak")
 
 
 def measured(rows: list[dict]) -> list[dict]:
@@ -129,6 +130,7 @@ COLUMNS = [
     ("speedup_compile", "vs compile", "{:.2f}x"),
     ("speedup_liger", "vs Liger", "{:.2f}x"),
     ("speedup_fa2", "vs FA2", "{:.2f}x"),
+    ("speedup_cudnn", "vs cuDNN", "{:.2f}x"),
     ("gbps", "GB/s", "{:.0f}"),
     ("tflops", "TFLOP/s", "{:.0f}"),
     ("pct_peak", "% peak", "{:.1f}"),

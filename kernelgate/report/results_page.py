@@ -25,8 +25,9 @@ Do not edit by hand. The columns:
 
 - time (us): asv's time of one call, the median of its back-to-back samples.
 - LayerNorm cases 8192xN at N from 768 to 32768 are the model widths, measured for `auto` alone.
-- vs torch, vs compile, vs Liger, vs FA2: speedup over eager torch, torch.compile, Liger-Kernel, and
-  torch's varlen_attn (FA2) for attention = the ratio of their times, measured interleaved in one process.
+- vs torch, vs compile, vs Liger, vs FA2, vs cuDNN: speedup over eager torch, torch.compile, Liger-Kernel,
+  and for attention torch's varlen_attn (FA2) and cuDNN SDPA on the batch padded to its longest
+  sequence = the ratio of their times, measured interleaved in one process.
 - GB/s and % peak (LayerNorm): bandwidth achieved on the bytes the case must move, and its % of the
   device's copy peak (a 1 GiB copy), measured interleaved with it.
 - % tensor copy: bandwidth achieved over that of a copy of one [M, N] tensor of the case, timed alike;
