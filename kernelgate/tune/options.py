@@ -112,8 +112,9 @@ def settings(case: LayerNormCase, variant: str, direction: str, gpu: str | None,
 
 
 def _runner(tensors, direction: str, setting: Setting):
-    """``tensors``' runner (the tuner's: a CUDA graph of back-to-back calls on rotated inputs) for one setting."""
-    if setting.pdl:
+    """``tensors``' runner (the tuner's: a CUDA graph of back-to-back calls on rotated inputs) for one setting.
+    Only the fused forward takes PDL (the backward's column sum keeps it: not an option of its own)."""
+    if setting.pdl or direction != "fwd":
         return tensors.runner(setting.variant, direction, setting.cfg)
     from kernelgate.kernels.layer_norm import ops
 
