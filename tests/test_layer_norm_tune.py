@@ -193,7 +193,9 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
 # 768-8192, 16384 and 32768 on the H100 and at the model widths up to 16384 on the H200 (each key's three
 # best, the heuristic's and its twin without the prefetch), and the 16-bit fused backward in row slices at
 # 12288-32768 on both GPUs (the prefetch distance, the single reduction, warps, stages and slice widths,
-# each configuration's repeats averaged); with the keys each holds.
+# each configuration's repeats averaged), and the fused backward at the model widths up to 6144 without a
+# table entry on both GPUs, each key's heuristic configuration on a balanced grid and not (the median of
+# five interleaved rounds); with the keys each holds.
 RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
 SWEEP_KEYS = {
     "h100-every-key": 48,
@@ -210,6 +212,8 @@ SWEEP_KEYS = {
     "h200-fused-forward-prefetch": 18,
     "h100-wide-16bit-row-slices": 6,
     "h200-wide-16bit-row-slices": 6,
+    "h100-fused-backward-balanced-grid-model-widths": 15,
+    "h200-fused-backward-balanced-grid-model-widths": 15,
 }
 
 
@@ -242,6 +246,21 @@ def test_untuned_configs_are_near_the_best_of_recorded_sweeps(sweep):
             assert elsewhere, f"{key.name}: no recorded sweep measured the heuristic configuration"
             continue
         assert ranked[heuristic] <= 1.13 * min(ranked.values()), key.name
+
+
+@pytest.mark.parametrize(
+    "sweep", ["h100-fused-backward-balanced-grid-model-widths", "h200-fused-backward-balanced-grid-model-widths"]
+)
+def test_the_heuristic_balances_the_backward_grid_where_it_was_measured_faster(sweep):
+    """At two programs an SM the balanced grid ran faster on every key of both GPUs' sweeps, and the
+    heuristic takes it there; at one it was a wash either way, and the heuristic leaves it off."""
+    measured = recorded_sweep(sweep)
+    for key in sorted({m.key for m in measured}, key=lambda k: k.name):
+        heuristic = heuristic_config(key.variant, key.direction, DTYPES[key.dtype], key.n)
+        ms = {m.cfg.balanced_grid: m.ms for m in measured if m.key == key}
+        assert heuristic.balanced_grid == (heuristic.programs_per_sm > 1), key.name
+        if heuristic.programs_per_sm > 1:
+            assert ms[True] < ms[False], key.name
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

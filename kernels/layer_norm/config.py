@@ -100,8 +100,8 @@ def persistent_programs(blocks: int, resident: int, balanced: bool) -> int:
     programs_per_sm); program p takes blocks p, p + programs, ... Balanced: as few programs as
     finish in the same number of steps, so that fewer SMs idle through the last one (2048 blocks
     on 132 SMs: 128 programs of 16 steps, not 132 of which 52 take a 16th step while 80 SMs
-    idle). On an H200 that made the 16-bit 4096x1024 backward 1.07x faster and 4096x5000's (not
-    memory-bound: it needs every SM) 1.015x slower, so the tuner chooses per key."""
+    idle). The heuristic balances grids of two or more programs an SM (config.heuristic_config); at
+    one, the tuner chooses per key."""
     programs = max(1, min(blocks, resident))
     return cdiv(blocks, cdiv(blocks, programs)) if balanced else programs
 
@@ -265,12 +265,16 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     # The fused backward at one program per SM, two where a row block of x is under 8 KiB (16-bit 768,
     # 1600 and 3072 1.11-1.14x faster on an H200; fp32's, 12 KiB, would run 1.04-1.08x slower), with up to
     # three row blocks of x and dy loading ahead (4 stages) where shared memory holds them, and the
-    # single reduction while the tile stays in registers.
+    # single reduction while the tile stays in registers. Two programs an SM run on a balanced grid: at
+    # 8192 rows of 16-bit 768, 1600 and 3072 1.02-1.05x faster on an H100 and 1.03-1.04x on an H200; over
+    # every auto backward of two an SM (16 cases) 1.00-1.06x and 1.00-1.07x. At one an SM it stays a
+    # tuned choice (0.98-1.03x).
     row_block = 2 * block_m * lanes * size  # x and dy
     stages = next((s for s in (4, 3) if (s - 1) * row_block <= PIPELINE_MAX_BYTES), 1)
     programs = 2 if block_m * n * size < 8192 else 1
     single = lanes <= FUSED_BWD_REGISTER_LANES
-    return LaunchConfig(block_m, block_n, warps, programs_per_sm=programs, num_stages=stages, single_reduction=single)
+    return LaunchConfig(block_m, block_n, warps, programs_per_sm=programs, num_stages=stages, single_reduction=single,
+                        balanced_grid=programs > 1)  # fmt: skip
 
 
 def launch_config(variant: str, direction: str, dtype: torch.dtype, n: int, gpu: str | None) -> LaunchConfig:
