@@ -197,9 +197,10 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     """The configuration of a key the tuned table lacks: another GPU class, or another N. Chosen
     from recorded sweeps (the H100's of every key, the H200's fused backward, the H200's of every
     key at the model widths, 768 to 32768, and its two_pass backward's stages, both GPUs' of rows
-    past 16384), among whose configurations it is within 1.13x of each key's best
-    (tests/fixtures/recorded_sweeps.json); at the model widths within 1.10x but for fp16 fused
-    forward 768 (1.11x: it shares 1024's tile, which the H100 sweeps hold to)."""
+    past 16384 and of the fused backward's balanced grid at the model widths), among whose
+    configurations it is within 1.13x of each key's best (tests/fixtures/recorded_sweeps.json); at
+    the model widths within 1.10x but for fp16 fused forward 768 (1.11x: it shares 1024's tile, which
+    the H100 sweeps hold to)."""
     size = dtype.itemsize
     if variant == "two_pass":
         if direction == "fwd":  # chunks up to 8192, rows packed to 2048 elements and two while a chunk is under 8 KiB
