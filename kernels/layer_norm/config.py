@@ -267,7 +267,7 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     # 1600 and 3072 1.11-1.14x faster on an H200; fp32's, 12 KiB, would run 1.04-1.08x slower), with up to
     # three row blocks of x and dy loading ahead (4 stages) where shared memory holds them, and the
     # single reduction while the tile stays in registers. Two programs an SM run on a balanced grid: at
-    # 8192 rows of 16-bit 768, 1600 and 3072 1.02-1.05x faster on an H100 and 1.03-1.04x on an H200; over
+    # 8192 rows of 16-bit 768, 1600 and 3072 1.02-1.06x faster on an H100 and 1.03-1.04x on an H200; over
     # every auto backward of two an SM (16 cases) 1.00-1.06x and 1.00-1.07x. At one an SM it stays a
     # tuned choice (0.98-1.03x).
     row_block = 2 * block_m * lanes * size  # x and dy
