@@ -47,6 +47,13 @@ def test_the_row_slices_are_timed_against_two_pass():
     assert per_option["row slices"].variant == "two_pass"
 
 
+def test_the_summary_gives_each_option_its_range_and_geometric_mean():
+    lines = options.summary({"PDL": [1.0, 1.1]})
+    assert "| PDL | 2 | 1.000-1.100x | 1.049x |" in lines
+    assert "| row slices | 0 | | |" in lines
+    assert len(lines) == 2 + len(options.OPTIONS)
+
+
 def test_plan_runs_without_a_gpu(capsys):
     options.main(["--plan", "--gpu", "H100", "--widths", "3072", "--dtypes", "bfloat16"])
     out = capsys.readouterr().out

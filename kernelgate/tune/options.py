@@ -157,10 +157,10 @@ def measure(case: LayerNormCase, direction: str, per_option: dict[str, Setting],
     return {name: timing.median_ratio(t[name], t[LAUNCHED]) for name in per_option if name != LAUNCHED}
 
 
-def summary(ratios: dict[str, list[tuple[str, float]]]) -> list[str]:
+def summary(ratios: dict[str, list[float]]) -> list[str]:
     lines = ["| option | cases that use it | time without it / with it | geometric mean |", "|---|---|---|---|"]
     for option in OPTIONS:
-        measured = [r for _, r in ratios.get(option.name, [])]
+        measured = ratios.get(option.name, [])
         if not measured:
             lines.append(f"| {option.name} | 0 | | |")
             continue
@@ -197,17 +197,17 @@ def main(argv=None) -> None:
     if not torch.cuda.is_available():
         raise SystemExit("kernelgate.tune.options times kernels on a GPU; none is visible (--plan lists the cases)")
     failed = compile_settings(todo, args.jobs)
-    ratios: dict[str, list[tuple[str, float]]] = {}
+    ratios: dict[str, list[float]] = {}
     print(f"| case | {args.variant} runs | option off: time / time as launched |\n|---|---|---|")
     for case, direction, per_option in todo:
         runnable = {name: s for name, s in per_option.items() if (case, direction, name) not in failed}
         measured = measure(case, direction, runnable, args.rounds) if LAUNCHED in runnable else {}
         for name, r in measured.items():
-            ratios.setdefault(name, []).append((f"{case.name} {direction}", r))
+            ratios.setdefault(name, []).append(r)
         cells = [
             f"{name} {measured[name]:.3f}x"
             if name in measured
-            else f"{name} n/a ({failed.get((case, direction, name))})"
+            else f"{name} n/a ({failed.get((case, direction, name)) or failed[case, direction, LAUNCHED]})"
             for name in list(per_option)[1:]
         ]
         print(f"| {case.name} {direction} | {per_option[LAUNCHED].variant} | {'; '.join(cells) or '-'} |", flush=True)
