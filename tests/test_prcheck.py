@@ -178,6 +178,29 @@ def test_a_time_case_shares_its_shard_with_its_other_implementations():
             assert all(c in shard_cases for c in siblings), case.id
 
 
+def test_shards_balance_layer_norm_metrics_by_the_bytes_a_call_moves():
+    """A metrics unit's host loops and timed graphs wait on the device: 8192x32768 fp32 forward+backward
+    takes several times a 1024-wide one's seconds, and the shard that takes it takes fewer units."""
+    big = "'8192x32768'"
+    suite = {
+        "bench_layer_norm.LayerNormWidthsMetrics.track_gbps": {
+            "type": "track",
+            "params": [[big, *[f"'{m}x1024'" for m in range(1000, 1032)]], ["'float32'"], ["'fwd+bwd'"], ["'auto'"]],
+        },
+    }
+    cases = bench.suite_cases(suite)
+    seconds = {c.id: bench._metrics_unit_seconds(c) for c in cases}
+    largest = max(seconds, key=seconds.get)
+    assert largest.endswith(f"({big}, 'float32', 'fwd+bwd', 'auto')")
+    assert seconds[largest] > 5 * min(seconds.values())
+    shards = bench.shard(cases, 2)
+    with_big = next(s for s in shards if any(big in c.id for c in s))
+    other = next(s for s in shards if s is not with_big)
+    assert len(with_big) < len(other)
+    loads = [sum(seconds[c.id] for c in s) for s in shards]
+    assert max(loads) < 1.1 * min(loads)
+
+
 def test_shards_balance_an_attention_backward_by_its_work():
     """A long-sequence attention backward takes seconds a mode to measure, a LayerNorm case half a
     second: the shard that takes it takes fewer of the rest, so no shard keeps the verdict waiting."""

@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import statistics
+import time
 from collections.abc import Callable, Iterable
 
 from kernelgate.cases.attention import ATTENTION_REFERENCES, AttentionCase
@@ -148,16 +149,17 @@ def case_key(*params: str) -> str:
 
 
 def measure_cases(measures: dict[str, Callable[[], dict]]) -> dict[str, dict | str]:
-    """Each case's metrics, measured in turn. A case whose measurement raises keeps its error
-    (a string) and the others are still measured: ``case_metrics`` then fails that case's
-    benchmarks only."""
+    """Each case's metrics, measured in turn, each case's seconds printed (the PR check's shard
+    balance is fitted to them). A case whose measurement raises keeps its error (a string) and the
+    others are still measured: ``case_metrics`` then fails that case's benchmarks only."""
     results = {}
     for key, measure in measures.items():
+        start = time.perf_counter()
         try:
             results[key] = measure()
         except Exception as err:  # recorded; case_metrics raises it for this case's benchmarks
             results[key] = f"{type(err).__name__}: {err}"
-        print(f"measured {key}", flush=True)
+        print(f"measured {key} in {time.perf_counter() - start:.1f} s", flush=True)
     return results
 
 

@@ -133,12 +133,16 @@ def selected(cases: Iterable[Case], patterns: list[str]) -> list[Case]:
     return [c for c in cases if any(re.search(p, c.id) for p in patterns)]
 
 
-# Rough seconds to measure, to balance shards (H100, both commits): a time case is one setup per commit
-# and its rounds, 0.55 s; a metrics unit measures its case beside references and copies, 2.9 s. An
-# attention backward takes about 3 s plus 0.18 s per TFLOP of work in one of its samples
-# (timing.sample_calls): 60 s a mode at 8k + 16k tokens in samples of 50 calls.
+# Rough seconds to measure, to balance shards (both commits): a time case is one setup per commit and
+# its rounds, 0.55 s (H100). An attention backward takes about 3 s plus 0.18 s per TFLOP of work in one
+# of its samples (timing.sample_calls): 60 s a mode at 8k + 16k tokens in samples of 50 calls. A
+# LayerNorm metrics unit times its case beside references and copies, and its host loops wait on the
+# device, so it grows with the bytes a call moves: 1.85 s + 3.0 s a GB (two shards' metrics on H200s,
+# 223 s for 62 units of 35.6 GB and 170 s for 61 of 18.8 GB); another metrics unit 2.9 s.
 TIME_CASE_S, METRICS_UNIT_S = 0.55, 2.9
 ATTENTION_CASE_S, ATTENTION_S_PER_SAMPLE_TFLOP = 3.0, 0.18
+LAYER_NORM_METRICS_S, LAYER_NORM_METRICS_S_PER_GB = 1.85, 3.0
+LAYER_NORM_METRICS = ("bench_layer_norm.LayerNormMetrics", "bench_layer_norm.LayerNormWidthsMetrics")
 
 
 def _time_case_seconds(case: Case) -> float:
@@ -153,8 +157,19 @@ def _time_case_seconds(case: Case) -> float:
     return TIME_CASE_S
 
 
+def _metrics_unit_seconds(case: Case) -> float:
+    """One metrics unit's seconds, from any of its cases (they share the case's parameters)."""
+    if case.benchmark.rsplit(".", 1)[0] in LAYER_NORM_METRICS and len(case.params) == 4:
+        from kernelgate.cases.layer_norm import bench_case
+
+        shape, dtype, direction, _ = case.values
+        gigabytes = bench_case(shape, dtype).bytes_moved(direction) / 1e9
+        return LAYER_NORM_METRICS_S + LAYER_NORM_METRICS_S_PER_GB * gigabytes
+    return METRICS_UNIT_S
+
+
 def _cost(unit: list[Case]) -> float:
-    return sum(_time_case_seconds(c) for c in unit) if unit[0].kind == "time" else METRICS_UNIT_S
+    return sum(_time_case_seconds(c) for c in unit) if unit[0].kind == "time" else _metrics_unit_seconds(unit[0])
 
 
 def shard(cases: list[Case], count: int) -> list[list[Case]]:
