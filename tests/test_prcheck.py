@@ -180,7 +180,7 @@ def test_a_time_case_shares_its_shard_with_its_other_implementations():
 
 def test_shards_balance_layer_norm_metrics_by_the_bytes_a_call_moves():
     """A metrics unit's host loops and timed graphs wait on the device: 8192x32768 fp32 forward+backward
-    takes several times a 1024-wide one's seconds, and the shard that takes it takes fewer units."""
+    takes about three times a 1024-wide one's seconds, and the shard that takes it takes fewer units."""
     big = "'8192x32768'"
     suite = {
         "bench_layer_norm.LayerNormWidthsMetrics.track_gbps": {
@@ -192,7 +192,7 @@ def test_shards_balance_layer_norm_metrics_by_the_bytes_a_call_moves():
     seconds = {c.id: bench._metrics_unit_seconds(c) for c in cases}
     largest = max(seconds, key=seconds.get)
     assert largest.endswith(f"({big}, 'float32', 'fwd+bwd', 'auto')")
-    assert seconds[largest] > 5 * min(seconds.values())
+    assert seconds[largest] > 3 * min(seconds.values())
     shards = bench.shard(cases, 2)
     with_big = next(s for s in shards if any(big in c.id for c in s))
     other = next(s for s in shards if s is not with_big)

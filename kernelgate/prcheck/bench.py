@@ -137,11 +137,11 @@ def selected(cases: Iterable[Case], patterns: list[str]) -> list[Case]:
 # its rounds, 0.55 s (H100). An attention backward takes about 3 s plus 0.18 s per TFLOP of work in one
 # of its samples (timing.sample_calls): 60 s a mode at 8k + 16k tokens in samples of 50 calls. A
 # LayerNorm metrics unit times its case beside references and copies, and its host loops wait on the
-# device, so it grows with the bytes a call moves: 1.85 s + 3.0 s a GB (two shards' metrics on H200s,
-# 223 s for 62 units of 35.6 GB and 170 s for 61 of 18.8 GB); another metrics unit 2.9 s.
+# device, so it grows with the bytes a call moves: 2.3 s + 1.0 s a GB (fitted to 121 units on an H200,
+# 1.8-7.9 s, residuals 0.45 s); another metrics unit 2.9 s.
 TIME_CASE_S, METRICS_UNIT_S = 0.55, 2.9
 ATTENTION_CASE_S, ATTENTION_S_PER_SAMPLE_TFLOP = 3.0, 0.18
-LAYER_NORM_METRICS_S, LAYER_NORM_METRICS_S_PER_GB = 1.85, 3.0
+LAYER_NORM_METRICS_S, LAYER_NORM_METRICS_S_PER_GB = 2.3, 1.0
 LAYER_NORM_METRICS = ("bench_layer_norm.LayerNormMetrics", "bench_layer_norm.LayerNormWidthsMetrics")
 
 
