@@ -22,6 +22,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable
 
+from kernelgate import cli
 from kernelgate.cases.attention import ATTENTION_REFERENCES, AttentionCase
 from kernelgate.cases.layer_norm import (
     BENCH_DIRECTIONS,
@@ -176,9 +177,9 @@ def main(argv=None) -> None:
     from kernelgate.report.bench import markdown_table
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", nargs="+", default=shape_names())
-    parser.add_argument("--dtypes", nargs="+", default=BENCH_DTYPES)
-    parser.add_argument("--directions", nargs="+", default=BENCH_DIRECTIONS)
+    parser.add_argument("--shapes", nargs="+", type=cli.shape, default=shape_names(), help="MxN")
+    parser.add_argument("--dtypes", nargs="+", default=BENCH_DTYPES, choices=BENCH_DTYPES)
+    parser.add_argument("--directions", nargs="+", default=BENCH_DIRECTIONS, choices=BENCH_DIRECTIONS)
     parser.add_argument("--variants", nargs="+", default=LAYER_NORM_VARIANTS, choices=LAYER_NORM_VARIANTS)
     args = parser.parse_args(argv)
     if not timing.gpu_timing():

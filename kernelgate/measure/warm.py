@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from kernelgate import cli
 from kernelgate.cases.attention import BENCH_CONFIGS
 from kernelgate.cases.layer_norm import (
     BENCH_DIRECTIONS,
@@ -86,7 +87,7 @@ def warm(item: tuple) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jobs", type=int, default=default_jobs(12))
+    parser.add_argument("--jobs", type=cli.positive_int, default=default_jobs(12))
     parser.add_argument("--groups", nargs="+", default=list(GROUPS), help="groups to warm; others are ignored")
     parser.add_argument("--without-references", action="store_true", help="skip torch.compile and Liger-Kernel")
     args = parser.parse_args()

@@ -20,6 +20,7 @@ import tempfile
 
 import torch
 
+from kernelgate import cli
 from kernelgate.cases.attention import BENCH_CONFIGS, AttentionCase, rel_l2
 from kernelgate.measure.parallel import default_jobs, in_worker_processes
 from kernelgate.measure.workloads import attention_shape
@@ -144,7 +145,7 @@ def sweep(name: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", default=list(BENCH_CONFIGS), choices=list(BENCH_CONFIGS))
-    parser.add_argument("--jobs", type=int, default=default_jobs(14), help="compile processes")
+    parser.add_argument("--jobs", type=cli.positive_int, default=default_jobs(14), help="compile processes")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("kernelgate.tune.attention: no CUDA GPU visible; this sweep times kernels on an sm_90 GPU")

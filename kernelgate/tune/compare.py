@@ -14,6 +14,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from kernelgate import cli
 from kernelgate.cases.layer_norm import BENCH_DIRECTIONS, BENCH_DTYPES, LAYER_NORM_VARIANTS, bench_case, shape_names
 from kernelgate.kernels.layer_norm.config import tuned_table
 from kernelgate.measure import timing
@@ -60,8 +61,8 @@ def main() -> None:
     parser.add_argument("--variant", default="fused", choices=LAYER_NORM_VARIANTS)
     parser.add_argument("--directions", nargs="+", default=["fwd", "bwd"], choices=BENCH_DIRECTIONS)
     parser.add_argument("--dtypes", nargs="+", default=BENCH_DTYPES, choices=BENCH_DTYPES)
-    parser.add_argument("--shapes", nargs="+", default=shape_names())
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--shapes", nargs="+", type=cli.shape, default=shape_names(), help="MxN")
+    parser.add_argument("--rounds", type=cli.positive_int, default=5)
     args = parser.parse_args()
     for table in (args.table_a, args.table_b):
         if not table.is_file():

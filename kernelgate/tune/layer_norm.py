@@ -45,6 +45,7 @@ from pathlib import Path
 
 import torch
 
+from kernelgate import cli
 from kernelgate.cases.layer_norm import BENCH_DTYPES, DTYPES, LayerNormCase, bench_case, shape_names
 from kernelgate.kernels.layer_norm.config import (
     LaunchConfig,
@@ -406,14 +407,16 @@ def read_measurements(path: Path) -> list[Measurement]:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=["fused", "two_pass"], choices=["fused", "two_pass"])
-    parser.add_argument("--shapes", nargs="+", default=shape_names(), help="MxN (default: every benchmark shape)")
+    parser.add_argument(
+        "--shapes", nargs="+", type=cli.shape, default=shape_names(), help="MxN (default: every benchmark shape)"
+    )
     parser.add_argument("--dtypes", nargs="+", default=BENCH_DTYPES, choices=BENCH_DTYPES)
     parser.add_argument("--directions", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"])
     parser.add_argument("--no-block-table", action="store_true", help="skip the two_pass block table")
-    parser.add_argument("--jobs", type=int, default=default_jobs(14), help="compile processes")
-    parser.add_argument("--warmup-ms", type=float, default=WARMUP_MS)
-    parser.add_argument("--rep-ms", type=float, default=REP_MS)
-    parser.add_argument("--top", type=int, default=5, help="rows per key table")
+    parser.add_argument("--jobs", type=cli.positive_int, default=default_jobs(14), help="compile processes")
+    parser.add_argument("--warmup-ms", type=cli.positive_float, default=WARMUP_MS)
+    parser.add_argument("--rep-ms", type=cli.positive_float, default=REP_MS)
+    parser.add_argument("--top", type=cli.positive_int, default=5, help="rows per key table")
     parser.add_argument("--json", type=Path, help="write every measurement (key, shape, config, ms, GB/s) here")
     parser.add_argument("--dry-run", action="store_true", help="print the tables, keep the configs file as is")
     parser.add_argument("--plan", action="store_true", help="print the keys and the time estimate, then stop")

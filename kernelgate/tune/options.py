@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import torch
 
+from kernelgate import cli
 from kernelgate.cases.layer_norm import (
     BENCH_DTYPES,
     DTYPES,
@@ -174,10 +175,10 @@ def main(argv=None) -> None:
     parser.add_argument("--variant", default="auto", choices=LAYER_NORM_VARIANTS)
     parser.add_argument("--directions", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"])
     parser.add_argument("--dtypes", nargs="+", default=BENCH_DTYPES, choices=BENCH_DTYPES)
-    parser.add_argument("--widths", nargs="+", type=int, default=MODEL_WIDTHS)
-    parser.add_argument("--rows", type=int, default=MODEL_ROWS)
-    parser.add_argument("--rounds", type=int, default=timing.ROUNDS)
-    parser.add_argument("--jobs", type=int, default=default_jobs(14), help="compile processes")
+    parser.add_argument("--widths", nargs="+", type=cli.positive_int, default=MODEL_WIDTHS)
+    parser.add_argument("--rows", type=cli.positive_int, default=MODEL_ROWS)
+    parser.add_argument("--rounds", type=cli.positive_int, default=timing.ROUNDS)
+    parser.add_argument("--jobs", type=cli.positive_int, default=default_jobs(14), help="compile processes")
     parser.add_argument("--gpu", help="GPU class whose tuned table --plan reads (default: the visible GPU's)")
     parser.add_argument("--plan", action="store_true", help="list each case's options, then stop")
     args = parser.parse_args(argv)
