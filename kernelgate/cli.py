@@ -2,6 +2,7 @@
 argument and what it takes, before anything is compiled or timed."""
 
 import argparse
+import re
 
 
 def positive_int(text: str) -> int:
@@ -30,3 +31,12 @@ def shape(text: str) -> str:
     if not (rows.isdigit() and width.isdigit() and int(rows) > 0 and int(width) > 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not a shape MxN of positive integers, e.g. 4096x5000")
     return f"{int(rows)}x{int(width)}"
+
+
+def regex(text: str) -> str:
+    """A regular expression, as asv's ``--bench`` and the PR check match case ids with it."""
+    try:
+        re.compile(text)
+    except re.error as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {err}") from None
+    return text

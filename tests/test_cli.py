@@ -14,6 +14,7 @@ def test_argument_types_take_what_they_name():
     assert cli.positive_int("3") == 3
     assert cli.positive_float("0.5") == 0.5
     assert cli.shape("4096x5000") == "4096x5000"
+    assert cli.regex("two_pass|fused") == "two_pass|fused"
 
 
 @pytest.mark.parametrize(
@@ -30,6 +31,7 @@ def test_argument_types_take_what_they_name():
         (cli.shape, "0x1024", "is not a shape MxN"),
         (cli.shape, "4096x-1", "is not a shape MxN"),
         (cli.shape, "axb", "is not a shape MxN"),
+        (cli.regex, "two_pass(", "is not a regular expression"),
     ],
 )
 def test_argument_types_refuse_bad_values_by_name(parse, text, message):

@@ -20,6 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from kernelgate import cli
 from kernelgate.prcheck import bench, check, selection
 from kernelgate.prcheck.check import CheckError, Plan, Steps
 
@@ -44,7 +45,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.add_argument("--full", metavar="REASON", help="run every group (e.g. a label or main's history)")
     if command == "run":
         parser.add_argument("--shard", type=shard_arg, default=(1, 1), metavar="K/N", help="this runner's share")
-        parser.add_argument("--bench", metavar="REGEX", help="only the selected benchmark cases this also matches")
+        parser.add_argument(
+            "--bench", type=cli.regex, metavar="REGEX", help="only the selected benchmark cases this also matches"
+        )
         parser.add_argument(
             "--skip-tests", action="store_true", help="calibration runs: no GPU tests, so the verdict cannot pass"
         )
@@ -60,7 +63,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     elif command == "remeasure":
         parser.add_argument("--base", required=True)
         parser.add_argument("--head", required=True)
-        parser.add_argument("--regex", required=True, help="the case ids to measure again")
+        parser.add_argument("--regex", type=cli.regex, required=True, help="the case ids to measure again")
         parser.add_argument(
             "--recorded", action="store_true", help="take the shards' own re-measurements (the merge; no GPU)"
         )
