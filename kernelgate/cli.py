@@ -40,3 +40,11 @@ def regex(text: str) -> str:
     except re.error as err:
         raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {err}") from None
     return text
+
+
+def shard(text: str) -> tuple[int, int]:
+    """This runner's share of a split PR check, K/N: the K-th of N shards."""
+    match = re.fullmatch(r"(\d+)/(\d+)", text)
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N with 1 <= K <= N")
+    return int(match[1]), int(match[2])

@@ -15,6 +15,7 @@ def test_argument_types_take_what_they_name():
     assert cli.positive_float("0.5") == 0.5
     assert cli.shape("4096x5000") == "4096x5000"
     assert cli.regex("two_pass|fused") == "two_pass|fused"
+    assert cli.shard("2/4") == (2, 4)
 
 
 @pytest.mark.parametrize(
@@ -32,6 +33,8 @@ def test_argument_types_take_what_they_name():
         (cli.shape, "4096x-1", "is not a shape MxN"),
         (cli.shape, "axb", "is not a shape MxN"),
         (cli.regex, "two_pass(", "is not a regular expression"),
+        (cli.shard, "3/2", "is not K/N"),
+        (cli.shard, "0/2", "is not K/N"),
     ],
 )
 def test_argument_types_refuse_bad_values_by_name(parse, text, message):

@@ -27,13 +27,6 @@ from kernelgate.prcheck.check import CheckError, Plan, Steps
 DEFAULT_WORK = Path(".pr-check")
 
 
-def shard_arg(value: str) -> tuple[int, int]:
-    match = re.fullmatch(r"(\d+)/(\d+)", value)
-    if not match or not 1 <= int(match[1]) <= int(match[2]):
-        raise argparse.ArgumentTypeError(f"{value!r} is not K/N with 1 <= K <= N")
-    return int(match[1]), int(match[2])
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     command = argv[0] if argv and argv[0] in ("merge", "remeasure", "select") else "run"
     rest = argv[1:] if command != "run" else argv
@@ -44,7 +37,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.add_argument("--head", required=True, help="head commit or ref")
         parser.add_argument("--full", metavar="REASON", help="run every group (e.g. a label or main's history)")
     if command == "run":
-        parser.add_argument("--shard", type=shard_arg, default=(1, 1), metavar="K/N", help="this runner's share")
+        parser.add_argument("--shard", type=cli.shard, default=(1, 1), metavar="K/N", help="this runner's share")
         parser.add_argument(
             "--bench", type=cli.regex, metavar="REGEX", help="only the selected benchmark cases this also matches"
         )
