@@ -4,6 +4,8 @@ result; and, on a GPU, that it times what the suite times."""
 import dataclasses
 import itertools
 import json
+import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -194,8 +196,9 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
 # best, the heuristic's and its twin without the prefetch), and the 16-bit fused backward in row slices at
 # 12288-32768 on both GPUs (the prefetch distance, the single reduction, warps, stages and slice widths,
 # each configuration's repeats averaged), and the fused backward at the model widths up to 6144 without a
-# table entry on both GPUs, each key's heuristic configuration on a balanced grid and not (the median of
-# five interleaved rounds); with the keys each holds.
+# table entry on both GPUs, each key's heuristic configuration on a balanced grid and not, and the fused
+# forward at 1024-8192 on both GPUs, each key's heuristic configuration with w and b preloaded and not
+# (both the median of five interleaved rounds); with the keys each holds.
 RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
 SWEEP_KEYS = {
     "h100-every-key": 48,
@@ -214,6 +217,8 @@ SWEEP_KEYS = {
     "h200-wide-16bit-row-slices": 6,
     "h100-fused-backward-balanced-grid-model-widths": 15,
     "h200-fused-backward-balanced-grid-model-widths": 15,
+    "h100-fused-forward-preload": 15,
+    "h200-fused-forward-preload": 15,
 }
 
 
@@ -261,6 +266,18 @@ def test_the_heuristic_balances_the_backward_grid_where_it_was_measured_faster(s
         assert heuristic.balanced_grid == (heuristic.programs_per_sm > 1), key.name
         if heuristic.programs_per_sm > 1:
             assert ms[True] < ms[False], key.name
+
+
+def test_the_heuristic_preloads_w_and_b_where_both_gpus_measured_it_faster():
+    """Each fused forward key of both GPUs' preload sweeps: the heuristic preloads w and b exactly where
+    the geometric mean over both GPUs' shapes of (time without / time with) is above 1."""
+    sweeps = ["h100-fused-forward-preload", "h200-fused-forward-preload"]
+    ms = {(s, m.key, m.case, m.cfg.preload_affine): m.ms for s in sweeps for m in recorded_sweep(s)}
+    for key in sorted({key for _, key, _, _ in ms}, key=lambda k: k.name):
+        heuristic = heuristic_config(key.variant, key.direction, DTYPES[key.dtype], key.n)
+        ratios = [ms[s, k, case, False] / ms[s, k, case, True] for s, k, case, on in ms if k == key and on]
+        gain = math.exp(statistics.fmean(map(math.log, ratios)))
+        assert heuristic.preload_affine == (gain > 1), f"{key.name}: {gain:.3f}x with w and b preloaded"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -248,10 +248,10 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
             if lanes <= 16384:
                 return LaunchConfig(block_m, block_n, min(warps, 8), prefetch_per_sm=prefetch)
             return LaunchConfig(block_m, block_n, warps, prefetch_per_sm=0 if size == 4 else prefetch)
-        # The single reduction stays a tuned option: it costs the statistics bits. A program of fewer than
-        # 4096 elements (a padded or split row) loads w and b with x, lest their latency follow the
-        # statistics: on an H200 up to 1.07x faster (fp32 768), 0.985x at fp16 1600.
-        return LaunchConfig(block_m, block_n, warps, preload_affine=block_m * n < 4096, prefetch_per_sm=prefetch)
+        # The single reduction stays a tuned option: it costs the statistics bits. w and b load with x, lest
+        # their latency follow the statistics, but for a whole 8192-lane tile: on both GPUs at 1024-6144
+        # 0.99-1.12x faster with them (6144 1.03-1.04x), at 8192 on the H200 0.89-0.99x.
+        return LaunchConfig(block_m, block_n, warps, preload_affine=lanes < 8192, prefetch_per_sm=prefetch)
     if lanes > FUSED_BWD_REGISTER_LANES:
         # A row in slices of 8192 lanes, 8 warps, two row steps loading ahead (three in fp32). On an H100
         # at 8192 rows of 12288-32768, against two_pass's backward: 16-bit 1.46-1.76x, fp32 1.69-1.76x;
