@@ -135,12 +135,13 @@ def bench(session: nox.Session) -> None:
     """The main job: benchmark this checkout with asv, store the results, publish the HTML
     history, print the table and write the chart.
 
-    Extra arguments go to ``asv run``, e.g. ``nox -s bench -- -b two_pass``.
+    Extra arguments go to ``kernelgate.measure.main_job``: ``nox -s bench -- -b two_pass`` runs the
+    cases whose id matches (as ``asv run --bench``), ``--gpus N`` spreads them over N GPUs.
     """
     python = install(session, "bench", "attention")
     gpu = gpu_or_smoke(session)
     session.run(
-        python, "-m", "kernelgate.measure.asv_run", *(["--gpu"] if gpu else []), *session.posargs, external=True
+        python, "-m", "kernelgate.measure.main_job", *(["--gpu"] if gpu else []), *session.posargs, external=True
     )
     session.log("HTML history: serve it with `nox -s preview`")
 

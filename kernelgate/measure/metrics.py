@@ -2,10 +2,10 @@
 kernel variant beside its references, round after round (timing.interleaved_ms),
 so clock and thermal drift cancel in each ratio.
 
-asv runs every benchmark in a process of its own. A metrics class measures all its
-cases once, in its ``setup_cache`` (``measure_cases``), and asv hands the result to
-each track_* benchmark: one process with warm compile caches (on an H100, ~3 minutes for
-the LayerNorm cases rather than ~14 with a cold process per case).
+A metrics class measures all its cases once, in its ``setup_cache`` (``measure_cases``),
+and asv hands the result to each track_* benchmark: one process with warm compile caches
+(on an H100, ~3 minutes for the LayerNorm cases rather than ~14 with a cold process per
+case, as ``asv run`` would start for each benchmark).
 
 ``python -m kernelgate.measure.metrics`` measures the LayerNorm cases in one process and
 prints the table ``nox -s bench`` would (no time_* column, no history): the

@@ -1,4 +1,4 @@
-"""Work spread over spawned worker processes: the JIT warm-up before asv runs and
+"""Work spread over spawned worker processes: the JIT warm-up before the benchmarks and
 the tuners' compile phases. Spawned, not forked: a forked child cannot use CUDA."""
 
 import concurrent.futures

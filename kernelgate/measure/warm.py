@@ -1,10 +1,10 @@
 """Fill the on-disk JIT caches (Triton, Inductor, TileLang) for every benchmark
-workload, in parallel processes, before asv runs.
+workload, in parallel processes, before the benchmarks run.
 
-asv runs each benchmark in a fresh process; with warm caches those processes
-load compiled code instead of compiling it (torch.compile of the LayerNorm
-graphs alone takes many minutes serially). Nothing is timed here, and a
-benchmark's own setup still calls its workload once before sampling.
+The benchmark processes then load compiled code instead of compiling it, one case
+after another (torch.compile of the LayerNorm graphs alone takes many minutes
+serially). Nothing is timed here, and a benchmark's own setup still calls its
+workload once before sampling.
 
 ``python -m kernelgate.measure.warm [--jobs N] [--groups layer_norm attention] [--without-references]``
 (``nox -s bench`` and the PR check run it on a GPU; ``--groups`` names pr-check.toml's groups, default

@@ -34,11 +34,24 @@ def write_machine(results_dir: Path, machine: dict) -> None:
 
 
 def write_commit(
-    results_dir: Path, machine: dict, commit: str, date_ms: int, suite: dict[str, dict], records: dict[str, dict]
+    results_dir: Path,
+    machine: dict,
+    commit: str,
+    date_ms: int,
+    suite: dict[str, dict],
+    records: dict[str, dict],
+    env_name: str = ENV_NAME,
+    update: bool = False,
 ) -> Path:
-    """One commit's result file from its records ({case id: record}, see ``bench.measure``)."""
+    """One commit's result file from its records ({case id: record}, see ``bench.measure``). With
+    ``update``, the cases measured replace theirs in an existing file of the same machine settings and
+    the others are kept, as a partial ``asv run`` does."""
     python = machine.get("python", "")
-    results = Results({**machine, "python": python}, {}, commit, date_ms, python, ENV_NAME, {})
+    results = Results({**machine, "python": python}, {}, commit, date_ms, python, env_name, {})
+    existing = results_dir / results._filename
+    if update and existing.exists():
+        earlier = Results.load(str(existing), machine_name=machine["machine"])
+        results = earlier if earlier.params == results.params else results
     started = datetime.datetime.now(datetime.UTC)
     by_benchmark: dict[str, list[dict]] = {}
     for record in records.values():

@@ -1,0 +1,140 @@
+"""The main job (``nox -s bench``) on a small suite in a git checkout of its own: asv result files
+under HEAD, a partial run that keeps the rest, failures that fail the job, cases spread over GPUs."""
+
+import json
+import subprocess
+import textwrap
+
+import pytest
+import torch
+from asv.results import Results
+
+from kernelgate.measure import main_job
+from kernelgate.prcheck import bench
+
+SUITE = """
+import os
+
+
+class Sum:
+    params = [["small", "large"]]
+    param_names = ["size"]
+
+    def setup(self, size):
+        self.data = list(range(100 if size == "small" else 10000))
+
+    def time_sum(self, size):
+        sum(self.data)
+
+
+class Broken:
+    def setup(self):
+        raise RuntimeError("setup fails")
+
+    def time_nothing(self):
+        pass
+
+
+class Where:
+    params = [["a", "b"], ["v1", "v2"]]
+    param_names = ["case", "variant"]
+
+    def track_gpu(self, case, variant):
+        return float(os.environ.get("CUDA_VISIBLE_DEVICES", "-1"))
+"""
+ASV_CONF = {"version": 1, "project": "fake", "repo": ".", "branches": ["main"], "environment_type": "existing",
+            "benchmark_dir": "benchmarks", "results_dir": ".asv/results", "html_dir": ".asv/html"}  # fmt: skip
+
+
+@pytest.fixture()
+def checkout(tmp_path, monkeypatch):
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__init__.py").write_text("")
+    (tmp_path / "benchmarks" / "bench_fake.py").write_text(textwrap.dedent(SUITE))
+    (tmp_path / "asv.conf.json").write_text(json.dumps(ASV_CONF))
+    (tmp_path / ".gitignore").write_text(".asv/\n")
+    for command in (["init", "-q", "-b", "main"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t",
+                                                                  "commit", "-q", "-m", "suite"]):  # fmt: skip
+        subprocess.run(["git", *command], cwd=tmp_path, check=True)
+    monkeypatch.chdir(tmp_path)
+    # The table knows the project's kernels only (tests/test_report.py); here it names what it would print.
+    monkeypatch.setattr(main_job, "print_table", lambda machine, commit: print(f"table of {commit[:8]} on {machine}"))
+    return tmp_path
+
+
+def _results(checkout) -> Results:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (path,) = (checkout / ".asv" / "results").glob(f"*/{commit[:8]}-{main_job.ENV_NAME}.json")
+    return Results.load(str(path))
+
+
+def _values(results: Results, name: str) -> list:
+    return results.get_result_value(name, results.get_result_params(name))
+
+
+def test_results_filed_under_head_and_a_partial_run_keeps_the_rest(checkout, capsys):
+    assert main_job.main(["-b", r"Sum\.time_sum\('small'\)", "-b", "Where"]) == 0
+    first = _results(checkout)
+    small, large = _values(first, "bench_fake.Sum.time_sum")
+    assert small > 0 and large is None, "the case not selected is not measured"
+    assert _values(first, "bench_fake.Where.track_gpu") == [-1.0] * 4
+    assert (checkout / ".asv" / "html" / "index.html").exists(), "asv publish built the history"
+
+    assert main_job.main(["-b", r"Sum\.time_sum\('large'\)"]) == 0
+    again_small, again_large = _values(_results(checkout), "bench_fake.Sum.time_sum")
+    assert again_small == small and again_large > 0, "the earlier case is kept, the new one added"
+    assert _values(_results(checkout), "bench_fake.Where.track_gpu") == [-1.0] * 4
+    assert "5 cases of" in capsys.readouterr().out, "1 time case and 4 track values the first time"
+
+
+def test_a_failed_case_is_recorded_and_fails_the_job(checkout, capsys):
+    assert main_job.main(["-b", "Broken|Sum"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED bench_fake.Broken.time_nothing: RuntimeError: setup fails" in out
+    assert "1 of 3 cases failed" in out
+    assert _values(_results(checkout), "bench_fake.Broken.time_nothing") == [None]
+    assert all(v > 0 for v in _values(_results(checkout), "bench_fake.Sum.time_sum")), "the others are kept"
+
+
+def test_a_pattern_that_matches_nothing_is_refused(checkout):
+    with pytest.raises(SystemExit, match="no benchmark case matches"):
+        main_job.main(["-b", "NoSuchBenchmark"])
+
+
+def test_each_gpu_warms_and_measures_its_share_once(checkout, monkeypatch):
+    warmed = {}
+    monkeypatch.setattr(
+        main_job, "warm_up", lambda share, side, jobs: warmed.setdefault(side.env["CUDA_VISIBLE_DEVICES"], share)
+    )
+    commit = "c" * 40
+    suite = bench.discover([main_job.head_side(commit, None)])["head"]
+    cases = bench.selected(bench.suite_cases(suite), ["Where|Sum"])
+    records = main_job.measure(commit, cases, ["3", "5"], samples=2)
+    assert sorted(records) == sorted(c.id for c in cases), "every case, once"
+    assert sorted(c.id for share in warmed.values() for c in share) == sorted(records), "each GPU warms its own share"
+    gpus = {records[c.id]["value"] for c in cases if c.kind == "track"}
+    assert gpus == {3.0, 5.0}, "both GPUs' workers measured, each seeing only its own GPU"
+    # A case's variants stay on one GPU, as the PR check's shards keep them.
+    for case in ("a", "b"):
+        assert len({records[f"bench_fake.Where.track_gpu('{case}', '{v}')"]["value"] for v in ("v1", "v2")}) == 1
+    assert all(len(records[c.id]["samples"]) == 2 for c in cases if c.kind == "time")
+
+
+def test_the_gpus_must_be_one_kind_and_present(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: ["NVIDIA H100", "NVIDIA H200"][i])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(SystemExit, match="visible GPUs differ"):
+        main_job.visible_gpus(None)
+    assert main_job.visible_gpus(1) == ["0"]
+    with pytest.raises(SystemExit, match="--gpus 3: this machine has 2"):
+        main_job.visible_gpus(3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "NVIDIA H100")
+    assert main_job.visible_gpus(None) == ["4", "6"], "the devices this process was given, by their ids"
+
+
+def test_unknown_arguments_are_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        main_job.parse_args(["--quick"])
+    assert "unrecognized arguments: --quick" in capsys.readouterr().err
