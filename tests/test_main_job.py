@@ -2,55 +2,24 @@
 under HEAD, a partial run that keeps the rest, failures that fail the job, cases spread over GPUs."""
 
 import json
+import math
 import subprocess
-import textwrap
 
 import pytest
 import torch
 from asv.results import Results
+from support import fake_suite
 
 from kernelgate.measure import main_job
 from kernelgate.prcheck import bench
 
-SUITE = """
-import os
-
-
-class Sum:
-    params = [["small", "large"]]
-    param_names = ["size"]
-
-    def setup(self, size):
-        self.data = list(range(100 if size == "small" else 10000))
-
-    def time_sum(self, size):
-        sum(self.data)
-
-
-class Broken:
-    def setup(self):
-        raise RuntimeError("setup fails")
-
-    def time_nothing(self):
-        pass
-
-
-class Where:
-    params = [["a", "b"], ["v1", "v2"]]
-    param_names = ["case", "variant"]
-
-    def track_gpu(self, case, variant):
-        return float(os.environ.get("CUDA_VISIBLE_DEVICES", "-1"))
-"""
 ASV_CONF = {"version": 1, "project": "fake", "repo": ".", "branches": ["main"], "environment_type": "existing",
             "benchmark_dir": "benchmarks", "results_dir": ".asv/results", "html_dir": ".asv/html"}  # fmt: skip
 
 
 @pytest.fixture()
 def checkout(tmp_path, monkeypatch):
-    (tmp_path / "benchmarks").mkdir()
-    (tmp_path / "benchmarks" / "__init__.py").write_text("")
-    (tmp_path / "benchmarks" / "bench_fake.py").write_text(textwrap.dedent(SUITE))
+    fake_suite.write(tmp_path)
     (tmp_path / "asv.conf.json").write_text(json.dumps(ASV_CONF))
     (tmp_path / ".gitignore").write_text(".asv/\n")
     for command in (["init", "-q", "-b", "main"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t",
@@ -73,27 +42,27 @@ def _values(results: Results, name: str) -> list:
 
 
 def test_results_filed_under_head_and_a_partial_run_keeps_the_rest(checkout, capsys):
-    assert main_job.main(["-b", r"Sum\.time_sum\('small'\)", "-b", "Where"]) == 0
+    assert main_job.main(["-b", r"Fast\.time_sum\('a'\)", "-b", "Devices"]) == 0
     first = _results(checkout)
-    small, large = _values(first, "bench_fake.Sum.time_sum")
-    assert small > 0 and large is None, "the case not selected is not measured"
-    assert _values(first, "bench_fake.Where.track_gpu") == [-1.0] * 4
+    measured, unselected = _values(first, "bench_fake.Fast.time_sum")
+    assert measured > 0 and unselected is None, "the case not selected is not measured"
+    assert _values(first, "bench_fake.Devices.track_visible") == [-1.0] * 4
     assert (checkout / ".asv" / "html" / "index.html").exists(), "asv publish built the history"
+    assert "5 cases of" in capsys.readouterr().out, "1 time case and 4 track values"
 
-    assert main_job.main(["-b", r"Sum\.time_sum\('large'\)"]) == 0
-    again_small, again_large = _values(_results(checkout), "bench_fake.Sum.time_sum")
-    assert again_small == small and again_large > 0, "the earlier case is kept, the new one added"
-    assert _values(_results(checkout), "bench_fake.Where.track_gpu") == [-1.0] * 4
-    assert "5 cases of" in capsys.readouterr().out, "1 time case and 4 track values the first time"
+    assert main_job.main(["-b", r"Fast\.time_sum\('b'\)"]) == 0
+    kept, skipped = _values(_results(checkout), "bench_fake.Fast.time_sum")
+    assert kept == measured and math.isnan(skipped), "the earlier case is kept, the new one (skipped) added"
+    assert _values(_results(checkout), "bench_fake.Devices.track_visible") == [-1.0] * 4
 
 
 def test_a_failed_case_is_recorded_and_fails_the_job(checkout, capsys):
-    assert main_job.main(["-b", "Broken|Sum"]) == 1
+    assert main_job.main(["-b", "Broken|Fast"]) == 1
     out = capsys.readouterr().out
     assert "FAILED bench_fake.Broken.time_nothing: RuntimeError: setup fails" in out
     assert "1 of 3 cases failed" in out
     assert _values(_results(checkout), "bench_fake.Broken.time_nothing") == [None]
-    assert all(v > 0 for v in _values(_results(checkout), "bench_fake.Sum.time_sum")), "the others are kept"
+    assert _values(_results(checkout), "bench_fake.Fast.time_sum")[0] > 0, "the others are recorded"
 
 
 def test_a_pattern_that_matches_nothing_is_refused(checkout):
@@ -108,7 +77,7 @@ def test_each_gpu_warms_and_measures_its_share_once(checkout, monkeypatch):
     )
     commit = "c" * 40
     suite = bench.discover([main_job.head_side(commit, None)])["head"]
-    cases = bench.selected(bench.suite_cases(suite), ["Where|Sum"])
+    cases = bench.selected(bench.suite_cases(suite), ["Devices|Fast"])
     records = main_job.measure(commit, cases, ["3", "5"], samples=2)
     assert sorted(records) == sorted(c.id for c in cases), "every case, once"
     assert sorted(c.id for share in warmed.values() for c in share) == sorted(records), "each GPU warms its own share"
@@ -116,8 +85,8 @@ def test_each_gpu_warms_and_measures_its_share_once(checkout, monkeypatch):
     assert gpus == {3.0, 5.0}, "both GPUs' workers measured, each seeing only its own GPU"
     # A case's variants stay on one GPU, as the PR check's shards keep them.
     for case in ("a", "b"):
-        assert len({records[f"bench_fake.Where.track_gpu('{case}', '{v}')"]["value"] for v in ("v1", "v2")}) == 1
-    assert all(len(records[c.id]["samples"]) == 2 for c in cases if c.kind == "time")
+        assert len({records[f"bench_fake.Devices.track_visible('{case}', '{v}')"]["value"] for v in ("v1", "v2")}) == 1
+    assert len(records["bench_fake.Fast.time_sum('a')"]["samples"]) == 2
 
 
 def test_the_gpus_must_be_one_kind_and_present(monkeypatch):

@@ -11,13 +11,12 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 import typing
 from pathlib import Path
 
 import pytest
 from asv.results import Results
-from support import split
+from support import fake_suite, split
 from support.shards import JUNIT, S1, S2, THRESHOLDS, fake_shard, timing_record, two_fake_shards
 
 from kernelgate.kernels.device import interpreter_mode
@@ -276,78 +275,10 @@ def test_base_warms_every_case_the_check_times_on_it(groups):
 
 # --- the worker and the interleaved measurement ----------------------------------------------------
 
-FAKE_SUITE = """
-import json
-import os
-import re
-import subprocess
-
-NOW = [0.0]
-
-
-def fake_clock():
-    # Advances FAKE_TICK seconds per sample: a sample reads the clock twice.
-    NOW[0] += float(os.environ.get("FAKE_TICK", "1e-5")) / 2
-    return NOW[0]
-
-
-class Ticks:
-    timer = staticmethod(fake_clock)
-
-    def time_tick(self):
-        pass
-
-
-class Fast:
-    params = [["a", "b"]]
-    param_names = ["case"]
-
-    def setup(self, case):
-        if case == "b":
-            raise NotImplementedError("b is skipped here")
-        self.data = list(range(1000))
-
-    def time_sum(self, case):
-        sum(self.data)
-
-
-class Broken:
-    def setup(self):
-        raise RuntimeError("setup fails")
-
-    def time_nothing(self):
-        pass
-
-
-class Loud:
-    def setup(self):
-        os.write(1, b"a C library's line on stdout\\n")
-        subprocess.run(["echo", "a child process's line"], check=True)
-
-    def time_quiet(self):
-        print("a benchmark's line")
-
-
-class Metrics:
-    params = [["s1", "s2"], ["v1", "v2"]]
-    param_names = ["shape", "variant"]
-
-    def setup_cache(self):
-        chosen = json.loads(os.environ.get("KERNELGATE_SELECTED_PARAMS", "null"))
-        return {"measured": sorted({tuple(c[:1]) for c in chosen}) if chosen else "all"}
-
-    def track_measured(self, cache, shape, variant):
-        return float(len(cache["measured"])) if cache["measured"] != "all" else -1.0
-"""
-
 
 @pytest.fixture()
 def fake_tree(tmp_path):
-    tree = tmp_path / "tree"
-    (tree / "benchmarks").mkdir(parents=True)
-    (tree / "benchmarks" / "__init__.py").write_text("")
-    (tree / "benchmarks" / "bench_fake.py").write_text(textwrap.dedent(FAKE_SUITE))
-    return tree
+    return fake_suite.write(tmp_path / "tree")
 
 
 def _side(role, tree, tmp_path, env=None):
@@ -363,7 +294,7 @@ def test_interleaved_measurement_of_both_commits(fake_tree, tmp_path):
     suites = bench.discover(sides)
     chosen = check.chosen_cases(suites, [r"^bench_fake\."], _every_track)
     assert {c.kind for c in chosen["base"]} == {"time"}, "base runs only what is compared"
-    tracked = [c for c in chosen["head"] if c.kind == "track"]
+    tracked = [c for c in chosen["head"] if c.benchmark == "bench_fake.Metrics.track_measured"]
     chosen["head"] = [c for c in chosen["head"] if c.kind == "time"] + [tracked[0]]  # one of four
     records = bench.measure(sides, chosen, rounds=2, samples=3)
     for role in ("base", "head"):
