@@ -390,6 +390,82 @@ def test_unreadable_thresholds_stop_the_check(tmp_path):
         check.bounded_tracks(tmp_path, "H100")
 
 
+HANGING_SUITE = """
+import os
+import subprocess
+import time
+
+
+class Hangs:
+    timeout = 1
+
+    def setup(self):
+        child = subprocess.Popen(["sleep", "60"])
+        with open(os.environ["HANG_PIDS"], "a") as pids:
+            pids.write(f"{child.pid}\\n")
+        time.sleep(60)
+
+    def time_never(self):
+        pass
+
+
+class Later:
+    def time_fine(self):
+        pass
+
+
+class SlowSamples:
+    timeout = 1
+
+    def time_sleeps(self):
+        time.sleep(60)
+
+
+class HangingMetrics:
+    params = [["x", "y"]]
+    param_names = ["case"]
+    timeout = 1
+
+    def setup_cache(self):
+        time.sleep(60)
+
+    setup_cache.timeout = 1
+
+    def track_value(self, cache, case):
+        return 1.0
+"""
+
+
+def test_a_case_past_its_timeout_fails_alone_and_the_run_goes_on(fake_tree, tmp_path):
+    """asv's ``timeout`` bounds each request: the worker, and what it started, is stopped, the case
+    fails with the reason, and a fresh worker measures the cases after it."""
+    (fake_tree / "benchmarks" / "bench_hangs.py").write_text(HANGING_SUITE)
+    pids = tmp_path / "pids"
+    sides = [_side(role, fake_tree, tmp_path, {"HANG_PIDS": str(pids)}) for role in ("base", "head")]
+    suites = bench.discover(sides)
+    chosen = {role: bench.selected(bench.suite_cases(suite), [r"^bench_hangs\."]) for role, suite in suites.items()}
+    records = bench.measure(sides, chosen, rounds=2, samples=2)
+    for role in ("base", "head"):
+        hung = records[role]["bench_hangs.Hangs.time_never"]
+        assert hung["status"] == "failed" and "within the benchmark's timeout, 1 s" in hung["message"]
+        assert records[role]["bench_hangs.SlowSamples.time_sleeps"]["status"] == "failed"
+        assert records[role]["bench_hangs.Later.time_fine"]["status"] == "ok", "a fresh worker took the next case"
+        for case in ("x", "y"):
+            metric = records[role][f"bench_hangs.HangingMetrics.track_value('{case}')"]
+            assert metric["status"] == "failed" and "timeout, 3 s" in metric["message"], "setup_cache's 1 s + 2 x 1 s"
+    for pid in map(int, pids.read_text().split()):
+        assert not _running(pid), "the child the hung setup started was stopped with its worker"
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs: gone, or a zombie waiting for init to reap it, it does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
 def test_a_worker_that_cannot_load_the_suite_is_an_error(tmp_path):
     tree = tmp_path / "tree"
     (tree / "benchmarks").mkdir(parents=True)

@@ -11,11 +11,14 @@ removed, which the gate reports (``--base-suite``).
 """
 
 import ast
+import contextlib
 import dataclasses
 import itertools
 import json
 import os
 import re
+import select
+import signal
 import subprocess
 import time
 from collections.abc import Iterable
@@ -28,6 +31,10 @@ WORKER = Path(__file__).with_name("worker.py")
 
 class WorkerError(RuntimeError):
     """A worker died or answered with an error the run cannot continue past."""
+
+
+class CaseTimeout(WorkerError):
+    """A request ran past its benchmark's timeout: the worker was stopped, the case fails, the run goes on."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +57,9 @@ class Case:
     index: int  # position in the product of the benchmark's params, as asv numbers them
     params: tuple[str, ...]  # asv's repr of each value
     kind: str  # "time" or "track"
+    # Seconds a request for this case may take (asv's ``timeout``), and its setup_cache's (track cases).
+    timeout: float = dataclasses.field(default=60.0, compare=False)
+    setup_cache_timeout: float = dataclasses.field(default=0.0, compare=False)
 
     @property
     def id(self) -> str:
@@ -77,8 +87,9 @@ class Worker:
         env = {**os.environ, **side.env, "PYTHONUNBUFFERED": "1"}
         argv = [str(side.python), "-P", str(WORKER), str(side.tree / "benchmarks")]
         self.proc = subprocess.Popen(
-            argv, cwd=side.tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
-        )
+            argv, cwd=side.tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            start_new_session=True,  # its own process group: stopping it stops what it started
+        )  # fmt: skip
 
     def send(self, op: str, **request) -> None:
         try:
@@ -87,7 +98,14 @@ class Worker:
         except BrokenPipeError as exc:
             raise self._died() from exc
 
-    def receive(self) -> dict:
+    def receive(self, timeout: float | None = None) -> dict:
+        """The answer to the last request; past ``timeout`` seconds the worker is stopped (``CaseTimeout``)."""
+        # One answer per request, written and flushed whole: nothing is left buffered between answers.
+        if timeout is not None and not select.select([self.proc.stdout], [], [], timeout)[0]:
+            self.stop()
+            raise CaseTimeout(
+                f"no answer from the {self.side.role} worker within the benchmark's timeout, {timeout:.0f} s"
+            )
         line = self.proc.stdout.readline()
         if not line:
             raise self._died()
@@ -96,9 +114,9 @@ class Worker:
         except ValueError as exc:
             raise WorkerError(f"the {self.side.role} worker answered what is not JSON: {line[:200]!r}") from exc
 
-    def ask(self, op: str, **request) -> dict:
+    def ask(self, op: str, timeout: float | None = None, **request) -> dict:
         self.send(op, **request)
-        reply = self.receive()
+        reply = self.receive(timeout)
         if "error" in reply:
             raise WorkerError(f"{self.side.role} worker, {op}: {reply['error']}")
         return reply
@@ -107,6 +125,16 @@ class Worker:
         self.proc.wait(timeout=30)
         tail = self.side.log.read_text(errors="replace")[-3000:]
         return WorkerError(f"the {self.side.role} worker exited ({self.proc.returncode}); its log ends:\n{tail}")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Kill the worker and every process it started."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=60)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -125,7 +153,8 @@ def suite_cases(suite: dict[str, dict]) -> list[Case]:
         if bench.get("type") not in ("time", "track"):
             continue
         combos = itertools.product(*bench.get("params", [])) if bench.get("params") else [()]
-        cases += [Case(name, i, tuple(combo), bench["type"]) for i, combo in enumerate(combos)]
+        limits = {"timeout": bench.get("timeout", 60.0), "setup_cache_timeout": bench.get("setup_cache_timeout", 0.0)}
+        cases += [Case(name, i, tuple(combo), bench["type"], **limits) for i, combo in enumerate(combos)]
     return cases
 
 
@@ -219,7 +248,11 @@ def _time_case(case: Case, workers: dict[str, Worker], rounds: int, samples: int
         worker.send("setup", name=case.benchmark, index=case.index)
     records = {}
     for role, worker in workers.items():
-        reply = worker.receive()
+        try:
+            reply = worker.receive(case.timeout)
+        except CaseTimeout as exc:
+            records[role] = {"status": "failed", "message": f"setup: {exc}"}
+            continue
         if "error" in reply:
             raise WorkerError(f"{role} worker, setup: {reply['error']}")
         if reply["status"] != "ok":
@@ -230,18 +263,23 @@ def _time_case(case: Case, workers: dict[str, Worker], rounds: int, samples: int
         for role in active if turn % 2 == 0 else active[::-1]:
             if taken[role]["status"] != "ok":
                 continue
-            reply = workers[role].ask("sample", count=samples)
+            try:
+                reply = workers[role].ask("sample", timeout=case.timeout, count=samples)
+            except CaseTimeout as exc:
+                taken[role] = {"status": "failed", "message": f"samples: {exc}"}
+                continue
             if "samples" not in reply:
                 taken[role] = {"status": "failed", "message": str(reply)[-2000:]}
                 continue
             taken[role]["samples"] += reply["samples"]
             taken[role]["number"] += reply["number"] if isinstance(reply["number"], list) else [reply["number"]]
     for role in active:
-        workers[role].ask("teardown")
+        if workers[role].alive:
+            workers[role].ask("teardown")
     return {**records, **taken}
 
 
-def _track_cases(cases: list[Case], worker: Worker) -> dict[str, dict]:
+def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str) -> dict[str, dict]:
     records = {}
     by_benchmark: dict[str, list[Case]] = {}
     for case in cases:
@@ -251,7 +289,16 @@ def _track_cases(cases: list[Case], worker: Worker) -> dict[str, dict]:
         by_class.setdefault(case.benchmark.rsplit(".", 1)[0], []).append(case.values)
     for name, group in by_benchmark.items():
         wanted = by_class[name.rsplit(".", 1)[0]]
-        reply = worker.ask("track", name=name, indices=[c.index for c in group], selected=wanted)
+        worker = workers[role]
+        timeout = group[0].setup_cache_timeout + sum(c.timeout for c in group)
+        try:
+            reply = worker.ask("track", timeout=timeout, name=name, indices=[c.index for c in group], selected=wanted)
+        except CaseTimeout as exc:
+            for case in group:
+                records[case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track",
+                                    "status": "failed", "message": str(exc)}  # fmt: skip
+            _replace_stopped(workers)
+            continue
         for case, value in zip(group, reply["values"], strict=True):
             found = (
                 {"status": "failed", "message": f"see {worker.side.log}"}
@@ -260,6 +307,14 @@ def _track_cases(cases: list[Case], worker: Worker) -> dict[str, dict]:
             )
             records[case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track", **found}
     return records
+
+
+def _replace_stopped(workers: dict[str, Worker]) -> None:
+    """A fresh worker for each one stopped at a timeout, for the cases after it."""
+    for role, worker in workers.items():
+        if not worker.alive:
+            worker.close()
+            workers[role] = Worker(worker.side)
 
 
 def measure(
@@ -279,12 +334,13 @@ def measure(
             present = {role: w for role, w in workers.items() if case in cases[role]}
             for role, record in _time_case(case, present, rounds, samples).items():
                 records[role][case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "time", **record}
+            _replace_stopped(workers)
             print(_progress(done, len(timed), start, case, records), flush=True)
-        for role, worker in workers.items():
+        for role in list(workers):
             tracked = [c for c in cases[role] if c.kind == "track"]
             if tracked:
                 print(f"  {role}: {len(tracked)} track_* cases", flush=True)
-                records[role].update(_track_cases(tracked, worker))
+                records[role].update(_track_cases(tracked, workers, role))
     finally:
         for worker in workers.values():
             worker.close()
