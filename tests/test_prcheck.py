@@ -433,6 +433,17 @@ class HangingMetrics:
 
     def track_value(self, cache, case):
         return 1.0
+
+    def track_other(self, cache, case):
+        return 2.0
+
+
+class Crashes:
+    def setup(self):
+        os._exit(3)
+
+    def time_crash(self):
+        pass
 """
 
 
@@ -449,12 +460,29 @@ def test_a_case_past_its_timeout_fails_alone_and_the_run_goes_on(fake_tree, tmp_
         hung = records[role]["bench_hangs.Hangs.time_never"]
         assert hung["status"] == "failed" and "within the benchmark's timeout, 1 s" in hung["message"]
         assert records[role]["bench_hangs.SlowSamples.time_sleeps"]["status"] == "failed"
+        crashed = records[role]["bench_hangs.Crashes.time_crash"]
+        assert crashed["status"] == "failed" and f"the {role} worker exited (3)" in crashed["message"]
         assert records[role]["bench_hangs.Later.time_fine"]["status"] == "ok", "a fresh worker took the next case"
         for case in ("x", "y"):
-            metric = records[role][f"bench_hangs.HangingMetrics.track_value('{case}')"]
+            metric = records[role][f"bench_hangs.HangingMetrics.track_other('{case}')"]
             assert metric["status"] == "failed" and "timeout, 3 s" in metric["message"], "setup_cache's 1 s + 2 x 1 s"
+            skipped = records[role][f"bench_hangs.HangingMetrics.track_value('{case}')"]
+            assert "not measured: a value of bench_hangs.HangingMetrics was lost" in skipped["message"]
     for pid in map(int, pids.read_text().split()):
         assert not _running(pid), "the child the hung setup started was stopped with its worker"
+
+
+def test_a_worker_lost_on_case_after_case_stops_the_run(fake_tree, tmp_path):
+    """Three cases in a row that take their worker down say the environment is broken, not a case."""
+    crash = "    def setup(self):\n        os._exit(3)\n\n    def time_x(self):\n        pass\n"
+    crashing = "\n".join(f"class Crash{k}:\n{crash}" for k in range(4))
+    (fake_tree / "benchmarks" / "bench_crashes.py").write_text("import os\n\n" + crashing)
+    side = _side("head", fake_tree, tmp_path)
+    cases = bench.selected(bench.suite_cases(bench.discover([side])["head"]), [r"^bench_crashes\."])
+    with pytest.raises(
+        bench.WorkerError, match=r"head worker was lost on 3 cases in a row; the last:\nsetup: .*exited \(3\)"
+    ):
+        bench.measure([side], {"head": cases}, rounds=1, samples=1)
 
 
 def _running(pid: int) -> bool:

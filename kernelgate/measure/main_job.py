@@ -133,7 +133,10 @@ def main(argv: list[str]) -> int:
         where = f"{len(gpus)} GPU(s)" if gpus else "Triton's interpreter"
         print(f"{len(cases)} cases of {commit[:8]} on {machine['machine']}, {where}", flush=True)
     with steps("JIT warm-up and benchmarks" if args.gpu else "benchmarks"):
-        records = measure(commit, cases, gpus, GPU_SAMPLES if args.gpu else 1)
+        try:
+            records = measure(commit, cases, gpus, GPU_SAMPLES if args.gpu else 1)
+        except bench.WorkerError as exc:
+            raise SystemExit(f"the benchmark process stopped; nothing was recorded:\n{exc}") from None
     with steps("results and history"):
         results.write_suite(RESULTS_DIR / "benchmarks.json", suite)
         results.write_machine(RESULTS_DIR, machine)

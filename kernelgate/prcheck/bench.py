@@ -33,8 +33,13 @@ class WorkerError(RuntimeError):
     """A worker died or answered with an error the run cannot continue past."""
 
 
-class CaseTimeout(WorkerError):
-    """A request ran past its benchmark's timeout: the worker was stopped, the case fails, the run goes on."""
+class CaseLost(WorkerError):
+    """The worker stopped during a case: it exited, or it ran past the benchmark's timeout and was stopped.
+    The case fails with the reason and a fresh worker takes the next one."""
+
+
+# A run stops when one commit's worker is lost on this many cases in a row: its environment, not a case, is broken.
+LOST_IN_A_ROW = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,11 +104,11 @@ class Worker:
             raise self._died() from exc
 
     def receive(self, timeout: float | None = None) -> dict:
-        """The answer to the last request; past ``timeout`` seconds the worker is stopped (``CaseTimeout``)."""
+        """The answer to the last request; past ``timeout`` seconds the worker is stopped (``CaseLost``)."""
         # One answer per request, written and flushed whole: nothing is left buffered between answers.
         if timeout is not None and not select.select([self.proc.stdout], [], [], timeout)[0]:
             self.stop()
-            raise CaseTimeout(
+            raise CaseLost(
                 f"no answer from the {self.side.role} worker within the benchmark's timeout, {timeout:.0f} s"
             )
         line = self.proc.stdout.readline()
@@ -121,10 +126,10 @@ class Worker:
             raise WorkerError(f"{self.side.role} worker, {op}: {reply['error']}")
         return reply
 
-    def _died(self) -> WorkerError:
+    def _died(self) -> CaseLost:
         self.proc.wait(timeout=30)
         tail = self.side.log.read_text(errors="replace")[-3000:]
-        return WorkerError(f"the {self.side.role} worker exited ({self.proc.returncode}); its log ends:\n{tail}")
+        return CaseLost(f"the {self.side.role} worker exited ({self.proc.returncode}); its log ends:\n{tail}")
 
     @property
     def alive(self) -> bool:
@@ -244,14 +249,19 @@ def discover(sides: list[Side]) -> dict[str, dict[str, dict]]:
 
 
 def _time_case(case: Case, workers: dict[str, Worker], rounds: int, samples: int) -> dict[str, dict]:
-    for worker in workers.values():
-        worker.send("setup", name=case.benchmark, index=case.index)
     records = {}
     for role, worker in workers.items():
         try:
+            worker.send("setup", name=case.benchmark, index=case.index)
+        except CaseLost as exc:
+            records[role] = {"status": "failed", "message": f"setup: {exc}"[-2000:]}
+    for role, worker in workers.items():
+        if role in records:
+            continue
+        try:
             reply = worker.receive(case.timeout)
-        except CaseTimeout as exc:
-            records[role] = {"status": "failed", "message": f"setup: {exc}"}
+        except CaseLost as exc:
+            records[role] = {"status": "failed", "message": f"setup: {exc}"[-2000:]}
             continue
         if "error" in reply:
             raise WorkerError(f"{role} worker, setup: {reply['error']}")
@@ -265,8 +275,8 @@ def _time_case(case: Case, workers: dict[str, Worker], rounds: int, samples: int
                 continue
             try:
                 reply = workers[role].ask("sample", timeout=case.timeout, count=samples)
-            except CaseTimeout as exc:
-                taken[role] = {"status": "failed", "message": f"samples: {exc}"}
+            except CaseLost as exc:
+                taken[role] = {"status": "failed", "message": f"samples: {exc}"[-2000:]}
                 continue
             if "samples" not in reply:
                 taken[role] = {"status": "failed", "message": str(reply)[-2000:]}
@@ -275,7 +285,8 @@ def _time_case(case: Case, workers: dict[str, Worker], rounds: int, samples: int
             taken[role]["number"] += reply["number"] if isinstance(reply["number"], list) else [reply["number"]]
     for role in active:
         if workers[role].alive:
-            workers[role].ask("teardown")
+            with contextlib.suppress(CaseLost):  # the samples stand; the lost worker is replaced
+                workers[role].ask("teardown")
     return {**records, **taken}
 
 
@@ -287,17 +298,22 @@ def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str) -> di
     by_class: dict[str, list[list]] = {}
     for case in cases:
         by_class.setdefault(case.benchmark.rsplit(".", 1)[0], []).append(case.values)
+    lost_classes: dict[str, str] = {}  # a class's values share its setup_cache: one lost, the rest are not asked
     for name, group in by_benchmark.items():
-        wanted = by_class[name.rsplit(".", 1)[0]]
+        owner = name.rsplit(".", 1)[0]
         worker = workers[role]
         timeout = group[0].setup_cache_timeout + sum(c.timeout for c in group)
         try:
-            reply = worker.ask("track", timeout=timeout, name=name, indices=[c.index for c in group], selected=wanted)
-        except CaseTimeout as exc:
+            if owner in lost_classes:
+                raise CaseLost(f"not measured: a value of {owner} was lost before it ({lost_classes[owner]})")
+            indices = [c.index for c in group]
+            reply = worker.ask("track", timeout=timeout, name=name, indices=indices, selected=by_class[owner])
+        except CaseLost as exc:
+            lost_classes.setdefault(owner, str(exc).splitlines()[0])
             for case in group:
                 records[case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track",
-                                    "status": "failed", "message": str(exc)}  # fmt: skip
-            _replace_stopped(workers)
+                                    "status": "failed", "message": str(exc)[-2000:]}  # fmt: skip
+            _replace_lost(workers, {role: [str(exc)]})
             continue
         for case, value in zip(group, reply["values"], strict=True):
             found = (
@@ -309,12 +325,18 @@ def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str) -> di
     return records
 
 
-def _replace_stopped(workers: dict[str, Worker]) -> None:
-    """A fresh worker for each one stopped at a timeout, for the cases after it."""
+def _replace_lost(workers: dict[str, Worker], lost: dict[str, list[str]]) -> None:
+    """A fresh worker for each one lost on a case, for the cases after it. ``lost`` holds each role's
+    reasons since its last case measured; at ``LOST_IN_A_ROW`` of them the run stops."""
     for role, worker in workers.items():
-        if not worker.alive:
-            worker.close()
-            workers[role] = Worker(worker.side)
+        if worker.alive:
+            continue
+        if len(lost.get(role, [])) >= LOST_IN_A_ROW:
+            raise WorkerError(
+                f"the {role} worker was lost on {LOST_IN_A_ROW} cases in a row; the last:\n{lost[role][-1]}"
+            )
+        worker.close()
+        workers[role] = Worker(worker.side)
 
 
 def measure(
@@ -330,11 +352,14 @@ def measure(
     try:
         timed = sorted({c for role_cases in cases.values() for c in role_cases if c.kind == "time"})
         start = time.perf_counter()
+        lost: dict[str, list[str]] = {role: [] for role in workers}
         for done, case in enumerate(timed, 1):
             present = {role: w for role, w in workers.items() if case in cases[role]}
             for role, record in _time_case(case, present, rounds, samples).items():
                 records[role][case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "time", **record}
-            _replace_stopped(workers)
+                gone = record["status"] != "ok" and not workers[role].alive
+                lost[role] = [*lost[role], record["message"]] if gone else []
+            _replace_lost(workers, lost)
             print(_progress(done, len(timed), start, case, records), flush=True)
         for role in list(workers):
             tracked = [c for c in cases[role] if c.kind == "track"]
