@@ -70,6 +70,12 @@ def test_a_pattern_that_matches_nothing_is_refused(checkout):
         main_job.main(["-b", "NoSuchBenchmark"])
 
 
+def test_a_suite_that_does_not_load_is_named(checkout):
+    (checkout / "benchmarks" / "bench_broken.py").write_text("raise ImportError('a broken benchmark module')\n")
+    with pytest.raises(SystemExit, match="the asv suite did not load"):
+        main_job.main([])
+
+
 def test_each_gpu_warms_and_measures_its_share_once(checkout, monkeypatch):
     warmed = {}
     monkeypatch.setattr(
@@ -101,6 +107,9 @@ def test_the_gpus_must_be_one_kind_and_present(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "NVIDIA H100")
     assert main_job.visible_gpus(None) == ["4", "6"], "the devices this process was given, by their ids"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(SystemExit, match="torch sees none"):
+        main_job.visible_gpus(None)
 
 
 def test_unknown_arguments_are_refused_by_name(capsys):

@@ -56,6 +56,8 @@ def visible_gpus(wanted: int | None) -> list[str]:
     import torch
 
     count = torch.cuda.device_count()
+    if count == 0:
+        raise SystemExit("nvidia-smi lists a GPU but torch sees none: check the driver and CUDA_VISIBLE_DEVICES")
     if wanted is not None and wanted > count:
         raise SystemExit(f"--gpus {wanted}: this machine has {count} visible GPU(s)")
     count = wanted or count
@@ -126,7 +128,10 @@ def main(argv: list[str]) -> int:
     with steps("machine and suite"):
         machine = machine_entry()
         gpus = visible_gpus(args.gpus) if args.gpu else None
-        suite = bench.discover([head_side(commit, None)])["head"]
+        try:
+            suite = bench.discover([head_side(commit, None)])["head"]
+        except bench.WorkerError as exc:
+            raise SystemExit(str(exc)) from None
         cases = bench.selected(bench.suite_cases(suite), args.bench or [".*"])
         if not cases:
             raise SystemExit(f"no benchmark case matches {args.bench}")
