@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from kernelgate import cli
-from kernelgate.measure.parallel import available_cpus
+from kernelgate.measure.parallel import default_jobs
 from kernelgate.measure.warm import WARM_CASES_ENV
 from kernelgate.prcheck import bench, results
 
@@ -93,7 +93,7 @@ def measure(commit: str, cases: list[bench.Case], gpus: list[str] | None, sample
     measure together, stay on one), warms its JIT caches, then measures them in its own process."""
     if not gpus:
         return bench.measure([head_side(commit, None)], {"head": cases}, rounds=1, samples=samples)["head"]
-    jobs = max(1, min(12, available_cpus() // len(gpus) - 2))
+    jobs = default_jobs(12, shares=len(gpus))  # warm.py's own default, on each GPU's part of the cores
 
     def share_of(gpu: str, share: list[bench.Case]) -> dict[str, dict]:
         side = head_side(commit, gpu)

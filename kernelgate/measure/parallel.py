@@ -15,9 +15,10 @@ def available_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def default_jobs(cap: int) -> int:
-    """Worker processes: the available cores minus two for the parent and the system, at most ``cap``."""
-    return max(1, min(cap, available_cpus() - 2))
+def default_jobs(cap: int, shares: int = 1) -> int:
+    """Worker processes: the available cores (one of ``shares`` equal parts of them) minus two for the
+    parent and the system, at most ``cap``."""
+    return max(1, min(cap, available_cpus() // shares - 2))
 
 
 def in_worker_processes(fn: Callable, items: Iterable, jobs: int) -> Iterator[tuple[object, object, Exception | None]]:
