@@ -485,6 +485,145 @@ def test_a_worker_lost_on_case_after_case_stops_the_run(fake_tree, tmp_path):
         bench.measure([side], {"head": cases}, rounds=1, samples=1)
 
 
+# A stand-in for torch whose CUDA context a case can break, as an illegal address or a device-side assert
+# does: from then on every CUDA call of the process fails (the worker probes with torch.cuda.synchronize).
+BREAKING_SUITE = """
+import sys
+import types
+
+STICKY = "CUDA error: an illegal memory access was encountered"
+
+
+class _Cuda:
+    broken = False
+
+    @staticmethod
+    def is_initialized():
+        return True
+
+    @classmethod
+    def synchronize(cls):
+        if cls.broken:
+            raise RuntimeError(STICKY)
+
+    @classmethod
+    def crash(cls):
+        cls.broken = True
+        raise RuntimeError(STICKY)
+
+
+sys.modules["torch"] = torch = types.ModuleType("torch")
+torch.cuda = _Cuda
+
+
+class BreaksInSamples:
+    def time_crash(self):
+        torch.cuda.crash()
+
+
+class BreaksInSetup:
+    def setup(self):
+        torch.cuda.crash()
+
+    def time_crash(self):
+        pass
+
+
+class FailsAlone:
+    def setup(self):
+        raise ValueError("a bad shape: the context is fine")
+
+    def time_x(self):
+        pass
+
+
+class Later:
+    def setup(self):
+        torch.cuda.synchronize()
+
+    def time_fine(self):
+        torch.cuda.synchronize()
+
+
+class BrokenMetrics:
+    params = [["x", "y"]]
+    param_names = ["case"]
+
+    def setup_cache(self):
+        torch.cuda.crash()
+
+    def track_one(self, cache, case):
+        return 1.0
+
+    def track_two(self, cache, case):
+        return 2.0
+
+
+class LaterMetrics:
+    def track_fine(self):
+        torch.cuda.synchronize()
+        return 3.0
+"""
+
+
+def test_a_case_that_breaks_the_cuda_context_fails_alone(fake_tree, tmp_path):
+    """After a sticky CUDA error every later CUDA call of the process fails: the case fails with the
+    reason, its worker stops, and a fresh one measures the cases after it. A failure that leaves the
+    context usable keeps the worker."""
+    (fake_tree / "benchmarks" / "bench_breaks.py").write_text(BREAKING_SUITE)
+    side = _side("head", fake_tree, tmp_path)
+    cases = bench.selected(bench.suite_cases(bench.discover([side])["head"]), [r"^bench_breaks\."])
+    records = bench.measure([side], {"head": cases}, rounds=2, samples=2)["head"]
+    stopped = "The worker stops: its CUDA context is broken: CUDA error: an illegal memory access"
+    for case in ("BreaksInSamples", "BreaksInSetup"):
+        record = records[f"bench_breaks.{case}.time_crash"]
+        assert record["status"] == "failed" and stopped in record["message"], case
+    alone = records["bench_breaks.FailsAlone.time_x"]
+    assert alone["status"] == "failed" and "a bad shape" in alone["message"] and "worker stops" not in alone["message"]
+    assert records["bench_breaks.Later.time_fine"]["status"] == "ok", "a fresh worker took the next case"
+    first, second = (records[f"bench_breaks.BrokenMetrics.track_{name}('x')"] for name in ("one", "two"))
+    assert first["status"] == "failed" and "the worker stopped: its CUDA context is broken" in first["message"]
+    assert second["status"] == "failed" and "not measured: a value of bench_breaks.BrokenMetrics" in second["message"]
+    assert records["bench_breaks.LaterMetrics.track_fine"] == {
+        "benchmark": "bench_breaks.LaterMetrics.track_fine", "index": 0, "kind": "track", "status": "ok", "value": 3.0
+    }  # fmt: skip
+
+
+DEVICE_ASSERT_SUITE = """
+import torch
+
+
+class BreaksTheContext:
+    def setup(self):
+        x = torch.zeros(4, device="cuda")
+        x[torch.tensor([1 << 20], device="cuda")] = 1.0  # out of bounds: a device-side assert, a sticky error
+        torch.cuda.synchronize()
+
+    def time_nothing(self):
+        pass
+
+
+class Later:
+    def setup(self):
+        self.x = torch.ones(1 << 20, device="cuda")
+
+    def time_sum(self):
+        assert self.x.sum().item() == 1 << 20
+"""
+
+
+def test_a_device_side_assert_fails_its_case_alone_on_a_gpu(cuda_device, fake_tree, tmp_path):
+    """The same on a real GPU: a device-side assert breaks the worker's CUDA context for good."""
+    (fake_tree / "benchmarks" / "bench_asserts.py").write_text(DEVICE_ASSERT_SUITE)
+    side = _side("head", fake_tree, tmp_path)
+    cases = bench.selected(bench.suite_cases(bench.discover([side])["head"]), [r"^bench_asserts\."])
+    records = bench.measure([side], {"head": cases}, rounds=2, samples=2)["head"]
+    crashed = records["bench_asserts.BreaksTheContext.time_nothing"]
+    assert crashed["status"] == "failed" and "The worker stops: its CUDA context is broken" in crashed["message"]
+    later = records["bench_asserts.Later.time_sum"]
+    assert later["status"] == "ok" and len(later["samples"]) == 4, later
+
+
 def _running(pid: int) -> bool:
     """Whether ``pid`` still runs: gone, or a zombie waiting for init to reap it, it does not."""
     try:

@@ -35,7 +35,8 @@ class WorkerError(RuntimeError):
 
 class CaseLost(WorkerError):
     """The worker stopped during a case: it exited, or it ran past the benchmark's timeout and was stopped.
-    The case fails with the reason and a fresh worker takes the next one."""
+    The case fails with the reason and a fresh worker takes the next one (as after an answer that says
+    the worker's CUDA context is broken: ``worker.py``)."""
 
 
 # A run stops when one commit's worker is lost on this many cases in a row: its environment, not a case, is broken.
@@ -104,7 +105,8 @@ class Worker:
             raise self._died() from exc
 
     def receive(self, timeout: float | None = None) -> dict:
-        """The answer to the last request; past ``timeout`` seconds the worker is stopped (``CaseLost``)."""
+        """The answer to the last request; past ``timeout`` seconds the worker is stopped (``CaseLost``), and
+        so is a worker whose answer says it can run no further case (``fatal``)."""
         # One answer per request, written and flushed whole: nothing is left buffered between answers.
         if timeout is not None and not select.select([self.proc.stdout], [], [], timeout)[0]:
             self.stop()
@@ -115,9 +117,12 @@ class Worker:
         if not line:
             raise self._died()
         try:
-            return json.loads(line)
+            reply = json.loads(line)
         except ValueError as exc:
             raise WorkerError(f"the {self.side.role} worker answered what is not JSON: {line[:200]!r}") from exc
+        if "fatal" in reply:
+            self.stop()
+        return reply
 
     def ask(self, op: str, timeout: float | None = None, **request) -> dict:
         self.send(op, **request)
@@ -279,7 +284,7 @@ def _time_case(case: Case, workers: dict[str, Worker], rounds: int, samples: int
                 taken[role] = {"status": "failed", "message": f"samples: {exc}"[-2000:]}
                 continue
             if "samples" not in reply:
-                taken[role] = {"status": "failed", "message": str(reply)[-2000:]}
+                taken[role] = {"status": "failed", "message": f"samples: {reply.get('failed', reply)}"[-2000:]}
                 continue
             taken[role]["samples"] += reply["samples"]
             taken[role]["number"] += reply["number"] if isinstance(reply["number"], list) else [reply["number"]]
@@ -315,13 +320,13 @@ def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str) -> di
                                     "status": "failed", "message": str(exc)[-2000:]}  # fmt: skip
             _replace_lost(workers, {role: [str(exc)]})
             continue
+        failed = f"see {worker.side.log}" + (f"; the worker stopped: {reply['fatal']}" if "fatal" in reply else "")
         for case, value in zip(group, reply["values"], strict=True):
-            found = (
-                {"status": "failed", "message": f"see {worker.side.log}"}
-                if value is None
-                else {"status": "ok", "value": value}
-            )
+            found = {"status": "failed", "message": failed} if value is None else {"status": "ok", "value": value}
             records[case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track", **found}
+        if "fatal" in reply:
+            lost_classes.setdefault(owner, reply["fatal"])
+            _replace_lost(workers, {role: [reply["fatal"]]})
     return records
 
 

@@ -9,12 +9,16 @@ line on stdin and answers one JSON line on stdout (all else it prints goes to st
 * ``{"op": "discover"}`` -> ``{"benchmarks": [...]}``: the suite as asv's discovery describes it;
 * ``{"op": "setup", "name": N, "index": I}`` -> ``{"status": "ok" | "skipped" | "failed", "message": M}``:
   set up one parameter combination of a time_* benchmark, once;
-* ``{"op": "sample", "count": K}`` -> ``{"samples": [...], "number": [...]}``: K samples of the case set up
-  (asv's own timing loop, its timer and ``number``), without re-running setup between samples;
+* ``{"op": "sample", "count": K}`` -> ``{"samples": [...], "number": [...]}`` or ``{"failed": M}``: K samples
+  of the case set up (asv's own timing loop, its timer and ``number``), without re-running setup between
+  samples;
 * ``{"op": "teardown"}``;
 * ``{"op": "track", "name": N, "indices": [I, ...], "selected": [[params], ...]}`` -> ``{"values": [...]}``:
   the values of a track_* benchmark, its ``setup_cache`` (once per cache key) told which parameter
   combinations the run needs through ``KERNELGATE_SELECTED_PARAMS``.
+
+A failure that leaves the process's CUDA context unusable adds ``"fatal": REASON`` to its answer: every
+later CUDA call of this process would fail too, so the cases after it need a fresh worker.
 
 The script imports only asv_runner and the checkout's suite: the same file serves base and head,
 whichever commit's ``kernelgate`` the environment holds.
@@ -40,6 +44,7 @@ class Worker:
         self.root = root
         self.current = None  # the time_* benchmark set up, or None
         self.caches: dict[str, object] = {}  # setup_cache results by asv's cache key
+        self.broken: str | None = None  # why this process's CUDA context can run no further case
 
     def discover(self) -> dict:
         listing = io.StringIO()
@@ -53,7 +58,7 @@ class Worker:
         try:
             skipped = bench.do_setup()
         except Exception:
-            return {"status": "failed", "message": traceback.format_exc(limit=8)}
+            return {"status": "failed", "message": self._failure()}
         if skipped:
             return {"status": "skipped", "message": "setup raised NotImplementedError"}
         bench.redo_setup = lambda: None  # set up once; samples then alternate with the other commit's
@@ -67,7 +72,7 @@ class Worker:
         try:
             result = self.current.do_run()
         except Exception:
-            return {"error": traceback.format_exc(limit=8)}
+            return {"failed": self._failure()}
         return {"samples": result["samples"], "number": result["number"]}
 
     def teardown(self) -> dict:
@@ -92,9 +97,25 @@ class Worker:
                 finally:
                     bench.do_teardown()
             except Exception:
-                print(traceback.format_exc(limit=8), file=sys.stderr, flush=True)
+                print(self._failure(), file=sys.stderr, flush=True)
                 values.append(None)  # asv's mark of a failed benchmark
+                if self.broken:
+                    values += [None] * (len(indices) - len(values))
+                    break
         return {"values": values}
+
+    def _failure(self) -> str:
+        """The traceback of the exception being handled, and whether it broke the CUDA context: a sticky
+        error (an illegal address, a device-side assert) fails every later CUDA call of the process."""
+        message = traceback.format_exc(limit=8)
+        torch = sys.modules.get("torch")  # only if the suite imported it: the worker does not
+        if torch is not None and torch.cuda.is_initialized():
+            try:
+                torch.cuda.synchronize()
+            except Exception as exc:
+                self.broken = f"its CUDA context is broken: {str(exc).strip().splitlines()[0]}"
+                message += f"\nThe worker stops: {self.broken}\n"
+        return message
 
     def _cache(self, bench, selected: list[list]):
         if bench.setup_cache_key is None:
@@ -128,6 +149,8 @@ def main() -> None:
             reply = answer(worker, json.loads(line))
         except Exception:
             reply = {"error": traceback.format_exc(limit=8)}
+        if worker.broken:
+            reply["fatal"] = worker.broken
         protocol.write(json.dumps(reply, allow_nan=True) + "\n")
         protocol.flush()
 
