@@ -384,6 +384,27 @@ def test_failed_benchmark(gate, value, reason):
     assert reason in crash["reason"]
 
 
+def test_a_failed_case_shows_the_reason_its_run_gave(gate):
+    """asv's result files keep no error: the PR check hands the gate each failed case's reason."""
+    gate.write(head={TWO_PASS_SPEEDUP: None})
+    reasons = {"head": {TWO_PASS_SPEEDUP.asv_id: "setup: RuntimeError: CUDA error: device-side assert triggered"}}
+    (gate.root / "failures.json").write_text(json.dumps(reasons))
+    code, verdict = gate.run("--no-confirm", "--failures", str(gate.root / "failures.json"))
+    (crash,) = failed(verdict, "crashed")
+    assert code == 1
+    assert crash["reason"] == "failed in head: setup: RuntimeError: CUDA error: device-side assert triggered"
+    assert "device-side assert triggered" in (gate.out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '{"head": {"case": 3}}', "not json"], ids=["a-list", "not-text", "junk"])
+def test_an_unreadable_failures_file_fails_closed_with_a_report(gate, text):
+    gate.write()
+    (gate.root / "failures.json").write_text(text)
+    code, verdict = gate.run("--no-confirm", "--failures", str(gate.root / "failures.json"))
+    assert code == 2 and verdict["error"].startswith(f"--failures {gate.root / 'failures.json'}")
+    assert verdict["error"] in (gate.out / "report.md").read_text()
+
+
 def test_nothing_compared_is_never_green(gate):
     nan_at_base = {case: float("nan") for name in (LN_TIME, ATT_TIME) for case in SMALL_SPACE[name].cases(name)}
     gate.write(base=nan_at_base)

@@ -59,7 +59,7 @@ def test_results_filed_under_head_and_a_partial_run_keeps_the_rest(checkout, cap
 def test_a_failed_case_is_recorded_and_fails_the_job(checkout, capsys):
     assert main_job.main(["-b", "Broken|Fast"]) == 1
     out = capsys.readouterr().out
-    assert "FAILED bench_fake.Broken.time_nothing: RuntimeError: setup fails" in out
+    assert "FAILED bench_fake.Broken.time_nothing: setup: RuntimeError: setup fails" in out
     assert "1 of 3 cases failed" in out
     assert _values(_results(checkout), "bench_fake.Broken.time_nothing") == [None]
     assert _values(_results(checkout), "bench_fake.Fast.time_sum")[0] > 0, "the others are recorded"

@@ -574,16 +574,17 @@ def test_a_case_that_breaks_the_cuda_context_fails_alone(fake_tree, tmp_path):
     side = _side("head", fake_tree, tmp_path)
     cases = bench.selected(bench.suite_cases(bench.discover([side])["head"]), [r"^bench_breaks\."])
     records = bench.measure([side], {"head": cases}, rounds=2, samples=2)["head"]
-    stopped = "The worker stops: its CUDA context is broken: CUDA error: an illegal memory access"
-    for case in ("BreaksInSamples", "BreaksInSetup"):
+    stopped = "The worker stops: its CUDA context is broken: CUDA error: an illegal memory access was encountered"
+    for case, stage in (("BreaksInSamples", "samples"), ("BreaksInSetup", "setup")):
         record = records[f"bench_breaks.{case}.time_crash"]
-        assert record["status"] == "failed" and stopped in record["message"], case
+        assert record["status"] == "failed" and record["reason"] == f"{stage}: {stopped}", case
     alone = records["bench_breaks.FailsAlone.time_x"]
-    assert alone["status"] == "failed" and "a bad shape" in alone["message"] and "worker stops" not in alone["message"]
+    assert alone["reason"] == "setup: ValueError: a bad shape: the context is fine", "the worker goes on"
     assert records["bench_breaks.Later.time_fine"]["status"] == "ok", "a fresh worker took the next case"
     first, second = (records[f"bench_breaks.BrokenMetrics.track_{name}('x')"] for name in ("one", "two"))
-    assert first["status"] == "failed" and "the worker stopped: its CUDA context is broken" in first["message"]
-    assert second["status"] == "failed" and "not measured: a value of bench_breaks.BrokenMetrics" in second["message"]
+    assert first["status"] == "failed" and first["reason"] == stopped
+    assert records["bench_breaks.BrokenMetrics.track_one('y')"]["reason"].startswith("not measured: the worker stopped")
+    assert second["status"] == "failed" and "not measured: a value of bench_breaks.BrokenMetrics" in second["reason"]
     assert records["bench_breaks.LaterMetrics.track_fine"] == {
         "benchmark": "bench_breaks.LaterMetrics.track_fine", "index": 0, "kind": "track", "status": "ok", "value": 3.0
     }  # fmt: skip
@@ -619,7 +620,8 @@ def test_a_device_side_assert_fails_its_case_alone_on_a_gpu(cuda_device, fake_tr
     cases = bench.selected(bench.suite_cases(bench.discover([side])["head"]), [r"^bench_asserts\."])
     records = bench.measure([side], {"head": cases}, rounds=2, samples=2)["head"]
     crashed = records["bench_asserts.BreaksTheContext.time_nothing"]
-    assert crashed["status"] == "failed" and "The worker stops: its CUDA context is broken" in crashed["message"]
+    assert crashed["status"] == "failed"
+    assert crashed["reason"].startswith("setup: The worker stops: its CUDA context is broken: CUDA error"), crashed
     later = records["bench_asserts.Later.time_sum"]
     assert later["status"] == "ok" and len(later["samples"]) == 4, later
 
@@ -948,6 +950,33 @@ def test_measured_results_are_what_the_gate_judges(fake_tree, tmp_path, head_tic
     verdict = json.loads((tmp_path / "gate" / "verdict.json").read_text())
     (row,) = [f for f in verdict["findings"] if f["check"] == "slowdown"]
     assert row["case"] == "-" and row["ratio"] == pytest.approx(float(head_tick) / 1e-5)
+
+
+def test_the_gate_reports_why_a_case_failed(fake_tree, tmp_path):
+    """The reason a worker gave for a failed case reaches the gate's report (asv's files keep no error)."""
+    from kernelgate.gate.__main__ import main as gate_main
+
+    sides = [_side(role, fake_tree, tmp_path) for role in ("base", "head")]
+    suites = bench.discover(sides)
+    cases = check.chosen_cases(suites, [r"^bench_fake\.(Ticks|Broken)\."], _every_track)
+    records = bench.measure(sides, cases, rounds=1, samples=2)
+    out = tmp_path / "out"
+    for role in suites:
+        results.write_suite(out / "suites" / f"{role}.json", suites[role])
+    machine = {"machine": "h100-test", "gpu": "NVIDIA H100", "gpu_class": "H100", "python": "3.11", "version": 1}
+    plan = check.Plan("a" * 40, "b" * 40, machine, ["g"], {}, (1, 1), [], [], dates={"base": 0, "head": 1000})
+    plan.cases = {role: [c.id for c in cases[role]] for role in cases}
+    check.write_results(plan, out, records)
+    (tmp_path / "tests.xml").write_text(JUNIT)
+    (tmp_path / "thresholds.toml").write_text(THRESHOLDS)
+    argv = ["--base", "a" * 40, "--head", "b" * 40, "--machine", "h100-test", "--results-dir", str(out / "results"),
+            "--cases", str(out / "cases.json"), "--base-suite", str(out / "suites" / "base.json"),
+            "--failures", str(out / check.FAILURES), "--thresholds", str(tmp_path / "thresholds.toml"),
+            "--junit", str(tmp_path / "tests.xml"), "--out", str(tmp_path / "gate"), "--no-confirm"]  # fmt: skip
+    assert gate_main(argv) == 1
+    verdict = json.loads((tmp_path / "gate" / "verdict.json").read_text())
+    (crash,) = [f for f in verdict["findings"] if f["check"] == "crashed"]
+    assert crash["reason"] == "failed in head: setup: RuntimeError: setup fails"
 
 
 FAKE_WARM = """

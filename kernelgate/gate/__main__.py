@@ -40,6 +40,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--results-dir", type=Path, default=Path(".asv/results"), help="asv's results_dir")
     parser.add_argument(
+        "--failures",
+        type=Path,
+        metavar="JSON",
+        help='why cases failed, {"base": {case id: reason}, "head": {...}} (the PR check writes it): the report '
+        "names each failed case's reason (asv's result files keep no error)",
+    )
+    parser.add_argument(
         "--base-suite",
         type=Path,
         help="benchmarks.json written from base's own checkout (the results dir's describes head's suite): "
@@ -69,6 +76,7 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.base.startswith(args.head) or args.head.startswith(args.base):
         raise GateError(f"base and head are the same commit ({args.head}): nothing would be compared")
     args.case_ids = frozenset(_case_ids(args.cases)) if args.cases is not None else frozenset()
+    args.reasons = _failures(args.failures)
     for pattern in args.bench:
         try:
             re.compile(pattern)
@@ -86,6 +94,21 @@ def _case_ids(path: Path) -> list[str]:
     if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
         raise GateError(f"--cases {path}: expected a non-empty JSON list of asv case ids")
     return ids
+
+
+def _failures(path: Path | None) -> dict[str, dict[str, str]]:
+    if path is None:
+        return {}
+    try:
+        reasons = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise GateError(f"--failures {path}: unreadable ({exc})") from exc
+    if not isinstance(reasons, dict) or not all(
+        isinstance(by_case, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in by_case.items())
+        for by_case in reasons.values()
+    ):
+        raise GateError(f'--failures {path}: expected {{"base": {{case id: reason}}, "head": {{...}}}}')
+    return reasons
 
 
 def _selection(args: argparse.Namespace) -> bool:
@@ -115,6 +138,7 @@ def judge(args: argparse.Namespace) -> Outcome:
 
 def _load(args: argparse.Namespace) -> tuple[Run, Run]:
     base, head = load_runs(args.results_dir, args.machine, args.base, args.head, args.base_suite)
+    base, head = base.with_errors(args.reasons.get("base", {})), head.with_errors(args.reasons.get("head", {}))
     if _selection(args):
         base, head = base.selected(args.bench, args.case_ids), head.selected(args.bench, args.case_ids)
         if not head.measurements:

@@ -81,6 +81,7 @@ class Measurement:
     value: float | None  # None: failed or timed out; NaN: skipped or returned NaN
     samples: list[float] | None = None
     stats: dict | None = None
+    error: str | None = None  # why it failed, where the run that measured it said (the gate's --failures)
 
     @property
     def finite(self) -> bool:
@@ -112,6 +113,15 @@ class Run:
 
         kept = {c: m for c, m in self.measurements.items() if chosen(c)}
         return dataclasses.replace(self, measurements=kept)
+
+    def with_errors(self, reasons: dict[str, str]) -> "Run":
+        """The failed measurements with the reason ``reasons`` gives for their case id, if it gives one."""
+        failed = {case for case, m in self.measurements.items() if m.value is None and case.asv_id in reasons}
+        measurements = {
+            case: dataclasses.replace(m, error=reasons[case.asv_id]) if case in failed else m
+            for case, m in self.measurements.items()
+        }
+        return dataclasses.replace(self, measurements=measurements)
 
 
 def suite_cases(suite: dict[str, dict]) -> frozenset[Case]:

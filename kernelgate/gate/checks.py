@@ -114,7 +114,7 @@ def availability(rules: list[Rule], base: Run, head: Run) -> list[Finding]:
 def _unmeasured(rules: list[Rule], case: Case, m: Measurement, b: Measurement | None, unit: str) -> Finding | None:
     """A head value that is no measurement: failed, NaN where no rule expects it, or NaN where base measured."""
     if m.value is None:
-        reason = "failed or timed out in head (asv recorded no value)"
+        reason = f"failed in head: {m.error}" if m.error else "failed or timed out in head (asv recorded no value)"
         return Finding("crashed", case.benchmark, case.label, Verdict.FAIL, reason)
     if m.finite:
         return None

@@ -151,8 +151,7 @@ def main(argv: list[str]) -> int:
     print(f"\nHTML history: {Path('.asv/html/index.html').resolve()}\n\n{steps.table()}", flush=True)
     failed = {case_id: r for case_id, r in records.items() if r["status"] == "failed"}
     for case_id, record in sorted(failed.items()):
-        last = (record.get("message", "").strip().splitlines() or ["(no message)"])[-1]
-        print(f"FAILED {case_id}: {last}", flush=True)
+        print(f"FAILED {case_id}: {record['reason']}", flush=True)
     if failed:
         print(f"{len(failed)} of {len(records)} cases failed; workers' logs: {LOGS_DIR.resolve()}", flush=True)
     return 1 if failed else 0

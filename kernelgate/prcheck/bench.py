@@ -253,24 +253,35 @@ def discover(sides: list[Side]) -> dict[str, dict[str, dict]]:
             worker.close()
 
 
+def failure(message: str, stage: str = "", lost: bool = False) -> dict:
+    """A failed case's record: the ``message`` (its last 2000 characters) and a one-line ``reason``, the
+    message's first line for a lost worker (what became of it), else its last (the exception raised)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()] or ["(no message)"]
+    prefix = f"{stage}: " if stage else ""
+    reason = lines[0] if lost else lines[-1]
+    return {"status": "failed", "message": f"{prefix}{message}"[-2000:], "reason": f"{prefix}{reason}"[:300]}
+
+
 def _time_case(case: Case, workers: dict[str, Worker], rounds: int, samples: int) -> dict[str, dict]:
     records = {}
     for role, worker in workers.items():
         try:
             worker.send("setup", name=case.benchmark, index=case.index)
         except CaseLost as exc:
-            records[role] = {"status": "failed", "message": f"setup: {exc}"[-2000:]}
+            records[role] = failure(str(exc), "setup", lost=True)
     for role, worker in workers.items():
         if role in records:
             continue
         try:
             reply = worker.receive(case.timeout)
         except CaseLost as exc:
-            records[role] = {"status": "failed", "message": f"setup: {exc}"[-2000:]}
+            records[role] = failure(str(exc), "setup", lost=True)
             continue
         if "error" in reply:
             raise WorkerError(f"{role} worker, setup: {reply['error']}")
-        if reply["status"] != "ok":
+        if reply["status"] == "failed":
+            records[role] = failure(reply["message"], "setup")
+        elif reply["status"] != "ok":
             records[role] = {"status": reply["status"], "message": reply["message"][-2000:]}
     active = [role for role in workers if role not in records]
     taken = {role: {"status": "ok", "samples": [], "number": []} for role in active}
@@ -281,10 +292,10 @@ def _time_case(case: Case, workers: dict[str, Worker], rounds: int, samples: int
             try:
                 reply = workers[role].ask("sample", timeout=case.timeout, count=samples)
             except CaseLost as exc:
-                taken[role] = {"status": "failed", "message": f"samples: {exc}"[-2000:]}
+                taken[role] = failure(str(exc), "samples", lost=True)
                 continue
             if "samples" not in reply:
-                taken[role] = {"status": "failed", "message": f"samples: {reply.get('failed', reply)}"[-2000:]}
+                taken[role] = failure(str(reply.get("failed", reply)), "samples")
                 continue
             taken[role]["samples"] += reply["samples"]
             taken[role]["number"] += reply["number"] if isinstance(reply["number"], list) else [reply["number"]]
@@ -317,12 +328,12 @@ def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str) -> di
             lost_classes.setdefault(owner, str(exc).splitlines()[0])
             for case in group:
                 records[case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track",
-                                    "status": "failed", "message": str(exc)[-2000:]}  # fmt: skip
+                                    **failure(str(exc), lost=True)}  # fmt: skip
             _replace_lost(workers, {role: [str(exc)]})
             continue
-        failed = f"see {worker.side.log}" + (f"; the worker stopped: {reply['fatal']}" if "fatal" in reply else "")
-        for case, value in zip(group, reply["values"], strict=True):
-            found = {"status": "failed", "message": failed} if value is None else {"status": "ok", "value": value}
+        errors = reply.get("errors") or [None] * len(group)
+        for case, value, error in zip(group, reply["values"], errors, strict=True):
+            found = failure(error or f"see {worker.side.log}") if value is None else {"status": "ok", "value": value}
             records[case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track", **found}
         if "fatal" in reply:
             lost_classes.setdefault(owner, reply["fatal"])
@@ -350,7 +361,8 @@ def measure(
     """{role: {case id: record}}: every case of ``cases[role]`` measured on its commit.
 
     A record holds ``status`` ("ok", "failed", "skipped"), and ``samples`` and ``number`` (time) or
-    ``value`` (track), or a ``message``. Time cases both commits declare are interleaved.
+    ``value`` (track), or a ``message`` (and, failed, its one-line ``reason``). Time cases both commits
+    declare are interleaved.
     """
     workers = {side.role: Worker(side) for side in sides}
     records: dict[str, dict[str, dict]] = {side.role: {} for side in sides}

@@ -31,6 +31,7 @@ TRUSTED_FILES = ("perf-thresholds.toml", "pr-check.toml")
 TEST_REPORT = Path("junit", "gpu-tests.xml")  # the GPU tests' JUnit XML, in the output folder
 # In the output folder: each case's first reading, and the gate's re-measurements of some of them.
 MEASUREMENTS, REMEASURED = "measurements.json", "remeasured.json"
+FAILURES = "failures.json"  # why each failed case failed, for the gate's report
 # pytest-xdist workers for the GPU tests: one per available core, each holding a CUDA context on the
 # one GPU, at most 16 (the cores of a one-GPU runner; more contend for the GPU rather than add speed).
 TEST_PROCESSES = 16
@@ -369,6 +370,9 @@ def write_results(plan: Plan, out: Path, records: dict) -> Path:
         results.write_commit(results_dir, plan.machine, commit, plan.dates[role], suites[role], records[role])
     cases = sorted(set(plan.cases["base"]) | set(plan.cases["head"]))
     (out / "cases.json").write_text(json.dumps(cases, indent=0))
+    reasons = {role: {i: r.get("reason", "") for i, r in by_case.items() if r["status"] == "failed"}
+               for role, by_case in records.items()}  # fmt: skip
+    (out / FAILURES).write_text(json.dumps(reasons, indent=1))
     return results_dir
 
 
@@ -386,7 +390,8 @@ def gate(plan: Plan, out: Path, junit: list[Path], steps: Steps, recorded: bool 
                 "--machine", plan.machine["machine"], "--results-dir", str(out / "results"),
                 "--thresholds", str(out / "trusted" / "perf-thresholds.toml"),
                 "--base-suite", str(out / "suites" / "base.json"), "--cases", str(out / "cases.json"),
-                "--out", str(out / "gate"), *[f"--junit={j}" for j in junit]]  # fmt: skip
+                "--failures", str(out / FAILURES), "--out", str(out / "gate"),
+                *[f"--junit={j}" for j in junit]]  # fmt: skip
         remeasure = [sys.executable, "-m", "kernelgate.prcheck", "remeasure", "--out", str(out)]
         remeasure += ["--recorded"] if recorded else []
         argv += ["--confirm-cmd", " ".join(remeasure) + " --base {base} --head {head} --regex {regex}"]

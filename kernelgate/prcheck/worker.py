@@ -13,9 +13,10 @@ line on stdin and answers one JSON line on stdout (all else it prints goes to st
   of the case set up (asv's own timing loop, its timer and ``number``), without re-running setup between
   samples;
 * ``{"op": "teardown"}``;
-* ``{"op": "track", "name": N, "indices": [I, ...], "selected": [[params], ...]}`` -> ``{"values": [...]}``:
-  the values of a track_* benchmark, its ``setup_cache`` (once per cache key) told which parameter
-  combinations the run needs through ``KERNELGATE_SELECTED_PARAMS``.
+* ``{"op": "track", "name": N, "indices": [I, ...], "selected": [[params], ...]}`` -> ``{"values": [...],
+  "errors": [...]}``: the values of a track_* benchmark (None where one failed, and its error beside it), its
+  ``setup_cache`` (once per cache key) told which parameter combinations the run needs through
+  ``KERNELGATE_SELECTED_PARAMS``.
 
 A failure that leaves the process's CUDA context unusable adds ``"fatal": REASON`` to its answer: every
 later CUDA call of this process would fail too, so the cases after it need a fresh worker.
@@ -82,27 +83,34 @@ class Worker:
         return {}
 
     def track(self, name: str, indices: list[int], selected: list[list]) -> dict:
-        values = []
+        values, errors = [], []
         for index in indices:
             bench = get_benchmark_from_name(self.root, f"{name}-{index}")
             try:
                 bench.set_cache(self._cache(bench, selected))
                 if bench.do_setup():
-                    values.append(math.nan)
-                    continue
-                try:
-                    values.append(bench.do_run())
-                except SkipNotImplemented:
-                    values.append(math.nan)
-                finally:
-                    bench.do_teardown()
+                    value = math.nan
+                else:
+                    try:
+                        value = bench.do_run()
+                    except SkipNotImplemented:
+                        value = math.nan
+                    finally:
+                        bench.do_teardown()
             except Exception:
-                print(self._failure(), file=sys.stderr, flush=True)
+                error = self._failure()
+                print(error, file=sys.stderr, flush=True)
                 values.append(None)  # asv's mark of a failed benchmark
+                errors.append(error[-2000:])
                 if self.broken:
-                    values += [None] * (len(indices) - len(values))
+                    rest = len(indices) - len(values)
+                    values += [None] * rest
+                    errors += [f"not measured: the worker stopped, {self.broken}"] * rest
                     break
-        return {"values": values}
+                continue
+            values.append(value)
+            errors.append(None)
+        return {"values": values, "errors": errors}
 
     def _failure(self) -> str:
         """The traceback of the exception being handled, and whether it broke the CUDA context: a sticky
