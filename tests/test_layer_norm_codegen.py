@@ -154,6 +154,19 @@ def test_fused_forward_of_a_wide_row_in_two_pieces_keeps_one_layout(n, dtype):
     _assert_no_spills(code, usage, str(cfg))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n", [384, 640, 768, 896, 1152, 1280, 1536])
+def test_fused_forward_of_a_short_row_keeps_one_layout(n, dtype):
+    # Short rows run small programs of one or two warps (config.short_row_tile); a row split in two
+    # pieces (768: 512 + 256 lanes) gives each thread of a warp whole 16-byte accesses of its tail, so
+    # the head's tile never moves into the tail's layout.
+    code, usage, cfg = _compiled("fused", "fwd", 8192, n, dtype)
+    assert cfg.block_n < n or n not in (768, 1280, 1536), str(cfg)
+    assert not _tile_conversions("fwd", n, dtype, cfg), str(cfg)
+    assert _row_load("fused", cfg) in code and "STG.E.128" in code
+    _assert_no_spills(code, usage, str(cfg))
+
+
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
 @pytest.mark.parametrize("variant", ["fused", "two_pass"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -198,7 +198,11 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
 # each configuration's repeats averaged), and the fused backward at the model widths up to 6144 without a
 # table entry on both GPUs, each key's heuristic configuration on a balanced grid and not, and the fused
 # forward at 1024-8192 on both GPUs, each key's heuristic configuration with w and b preloaded and not
-# (both the median of five interleaved rounds); with the keys each holds.
+# (both the median of five interleaved rounds), and the fused forward's whole space at short rows (384-2048
+# columns, 2048-32768 rows) on both GPUs (each shape's five best and the heuristic's before short rows ran
+# small programs), then at widths the small programs were not fitted on (320, 576, 960 and 1408: each
+# shape's five best, the old heuristic's and the new one's), then the old heuristic configuration against
+# the small program on each changed key (the median of three interleaved rounds); with the keys each holds.
 RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
 SWEEP_KEYS = {
     "h100-every-key": 48,
@@ -219,6 +223,12 @@ SWEEP_KEYS = {
     "h200-fused-backward-balanced-grid-model-widths": 15,
     "h100-fused-forward-preload": 15,
     "h200-fused-forward-preload": 15,
+    "h100-short-rows": 33,
+    "h200-short-rows": 33,
+    "h100-short-rows-held-out": 12,
+    "h200-short-rows-held-out": 12,
+    "h100-short-rows-rule": 40,
+    "h200-short-rows-rule": 28,
 }
 
 
@@ -278,6 +288,21 @@ def test_the_heuristic_preloads_w_and_b_where_both_gpus_measured_it_faster():
         ratios = [ms[s, k, case, False] / ms[s, k, case, True] for s, k, case, on in ms if k == key and on]
         gain = math.exp(statistics.fmean(map(math.log, ratios)))
         assert heuristic.preload_affine == (gain > 1), f"{key.name}: {gain:.3f}x with w and b preloaded"
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_the_heuristic_runs_short_forward_rows_in_small_programs_where_they_were_measured(gpu):
+    """Each fused forward key the small-program rule changed (256-1536 columns) was timed against the tile it
+    replaced on both GPUs: the heuristic's configuration is the small program, at most 1.5% slower than the
+    old tile at 8192 rows or more (up to 1.17x faster) and 3.8% at 2048 rows (fp32 2048x640 on an H100)."""
+    measured = recorded_sweep(f"{gpu}-short-rows-rule")
+    for key in sorted({m.key for m in measured}, key=lambda k: k.name):
+        heuristic = heuristic_config(key.variant, key.direction, DTYPES[key.dtype], key.n)
+        assert heuristic.num_warps <= 2, key.name
+        for case in sorted({m.case for m in measured if m.key == key}, key=lambda c: c.m):
+            ms = {m.cfg: m.ms for m in measured if m.key == key and m.case == case}
+            (old,) = set(ms) - {heuristic}
+            assert ms[heuristic] <= (1.015 if case.m >= 8192 else 1.04) * ms[old], f"{key.name} {case.name}"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -34,6 +34,13 @@ MAX_ROW_SLICES = 4
 # or more (measured from 12288 up); narrower rows past 8192 lanes run two_pass's backward.
 ROW_SLICES_MIN_N = 12288
 
+# Short forward rows run small programs (short_row_tile): over both GPUs' sweeps at 8192 rows of 320-2048
+# columns, their tiles ran within 1.03x of each shape's best tile on 83 of 90 shapes (at most 1.08x),
+# the 8 KiB programs on four warps they replace on 43 (at most 1.19x).
+SHORT_ROW_MAX_N = 1536
+SHORT_PROGRAM_BYTES = 4096
+SHORT_VALUES_PER_THREAD = 48
+
 # How far ahead of its loads the fused forward prefetches rows into L2, per SM.
 FORWARD_PREFETCH_BYTES = 48 * 1024
 # Shared memory the heuristic lets the fused backward's prefetched row blocks take
@@ -113,16 +120,39 @@ def fused_tail_n(n: int, block_n: int) -> int:
 
 
 def fused_block_n(direction: str, n: int) -> int:
-    """The heuristic's fused tile: N rounded up to a power of two, or, forward past 2048, N's largest
-    power-of-two piece where a tail piece covers the rest in fewer lanes (5000: 4096 + 1024,
-    2% of the lanes masked off instead of 39%). On an H200 the split forward was 1.02-1.25x
-    faster at 5000, but at 768 (512 + 256) 1.03-1.13x slower than one 1024-lane piece; the
-    split backward 1.08-1.23x slower at the same warps: where the tail
-    gives a thread fewer elements than the head's vector, the compiler moves the whole head tile
-    into the tail's layout through shared memory every row."""
+    """The heuristic's fused tile past the short rows (short_row_tile): N rounded up to a power of two,
+    or, forward past 2048, N's largest power-of-two piece where a tail piece covers the rest in fewer
+    lanes (5000: 4096 + 1024, 2% of the lanes masked off instead of 39%). On an H200 the split forward
+    was 1.02-1.25x faster at 5000, but at 768 on four warps (512 + 256) 1.03-1.13x slower than one
+    1024-lane piece; the split backward 1.08-1.23x slower at the same warps: where the tail gives a
+    thread fewer elements than the head's vector, the compiler moves the whole head tile into the
+    tail's layout through shared memory every row."""
     whole, head = next_power_of_2(n), prev_power_of_2(n)
     split = direction == "fwd" and n > 2048 and head + fused_tail_n(n, head) < whole
     return head if split else whole
+
+
+def short_row_tile(n: int, element_bytes: int) -> tuple[int, int, int] | None:
+    """The heuristic's fused forward tile for a short row, (block_m, block_n, warps), or None past
+    SHORT_ROW_MAX_N: a small program, about SHORT_PROGRAM_BYTES of x in 1-16 rows on one warp per
+    SHORT_VALUES_PER_THREAD values of x a thread. Past 512 columns the row is a power-of-two head and
+    tail where each row's tail gives a warp whole 16-byte accesses, so both pieces share one layout
+    (768: 512 + 256 lanes). A tile a quarter masked or more takes two rows or more on one warp (fp32
+    576: two rows of 1024 lanes), or, where they need more warps, the wider rows' tile (16-bit 1152):
+    a row across warps waits on a cross-warp reduction that its masked lanes do nothing to fill."""
+    if n > SHORT_ROW_MAX_N:
+        return None
+    block_m = prev_power_of_2(min(16, max(1, SHORT_PROGRAM_BYTES // (n * element_bytes))))
+    whole, head = next_power_of_2(n), prev_power_of_2(n)
+    tail = fused_tail_n(n, head)
+    split = n > 512 and head + tail < whole and tail * element_bytes >= 32 * 16
+    block_n = head if split else whole
+    masked = 4 * n < 3 * (block_n + fused_tail_n(n, block_n))
+    block_m = max(block_m, 2) if masked else block_m
+    warps = next_power_of_2(cdiv(block_m * n, 32 * SHORT_VALUES_PER_THREAD))
+    if masked and warps > 1:
+        return None
+    return block_m, block_n, min(warps, block_m) if split else warps
 
 
 def fused_lanes(direction: str, n: int) -> int:
@@ -199,8 +229,8 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     key at the model widths, 768 to 32768, and its two_pass backward's stages, both GPUs' of rows
     past 16384 and of the fused backward's balanced grid at the model widths), among whose
     configurations it is within 1.13x of each key's best (tests/fixtures/recorded_sweeps.json); at
-    the model widths within 1.10x but for fp16 fused forward 768 (1.11x: it shares 1024's tile, which
-    the H100 sweeps hold to)."""
+    the model widths within 1.10x. The fused forward's short rows come from both GPUs' sweeps of its
+    whole space at 384-2048 columns (short_row_tile)."""
     size = dtype.itemsize
     if variant == "two_pass":
         if direction == "fwd":  # chunks up to 8192, rows packed to 2048 elements and two while a chunk is under 8 KiB
@@ -225,8 +255,13 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
         warps = _warps_for(block_m * block_n, 32 if wide and size < 4 else 16)
         stages = 3 if wide or cdiv(n, block_n) >= 4 else 1
         return LaunchConfig(block_m, block_n, warps, programs_per_sm=max(1, 16 // warps), num_stages=stages)
+    if direction == "fwd" and (short := short_row_tile(n, size)) is not None:
+        block_m, block_n, warps = short
+        lanes = block_n + fused_tail_n(n, block_n)
+        prefetch = max(1, FORWARD_PREFETCH_BYTES // (block_m * lanes * size))
+        return LaunchConfig(block_m, block_n, warps, preload_affine=True, prefetch_per_sm=prefetch)
     block_n, lanes = fused_block_n(direction, n), fused_lanes(direction, n)
-    # Short rows: pack several per program, to 4096 elements forward, 8 rows backward.
+    # Other short rows: pack several per program, to 4096 elements forward, 8 rows backward.
     block_m = prev_power_of_2(min(16 if direction == "fwd" else 8, 4096 // lanes))
     warps = _warps_for(block_m * block_n, 32)
     if direction == "fwd" and lanes > 16384:
