@@ -228,7 +228,7 @@ SWEEP_KEYS = {
     "h100-short-rows-held-out": 12,
     "h200-short-rows-held-out": 12,
     "h100-short-rows-rule": 40,
-    "h200-short-rows-rule": 28,
+    "h200-short-rows-rule": 40,
 }
 
 
