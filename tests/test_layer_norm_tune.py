@@ -294,7 +294,7 @@ def test_the_heuristic_preloads_w_and_b_where_both_gpus_measured_it_faster():
 def test_the_heuristic_runs_short_forward_rows_in_small_programs_where_they_were_measured(gpu):
     """Each fused forward key the small-program rule changed (256-1536 columns) was timed against the tile it
     replaced on both GPUs: the heuristic's configuration is the small program, at most 1.5% slower than the
-    old tile at 8192 rows or more (up to 1.17x faster) and 3.8% at 2048 rows (fp32 2048x640 on an H100)."""
+    old tile on any shape (up to 1.25x faster)."""
     measured = recorded_sweep(f"{gpu}-short-rows-rule")
     for key in sorted({m.key for m in measured}, key=lambda k: k.name):
         heuristic = heuristic_config(key.variant, key.direction, DTYPES[key.dtype], key.n)
@@ -302,7 +302,7 @@ def test_the_heuristic_runs_short_forward_rows_in_small_programs_where_they_were
         for case in sorted({m.case for m in measured if m.key == key}, key=lambda c: c.m):
             ms = {m.cfg: m.ms for m in measured if m.key == key and m.case == case}
             (old,) = set(ms) - {heuristic}
-            assert ms[heuristic] <= (1.015 if case.m >= 8192 else 1.04) * ms[old], f"{key.name} {case.name}"
+            assert ms[heuristic] <= 1.015 * ms[old], f"{key.name} {case.name}"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
