@@ -259,7 +259,7 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
         block_m, block_n, warps = short
         lanes = block_n + fused_tail_n(n, block_n)
         # fp32 programs of one or two rows up to 768 columns (320-768) do not prefetch: on both GPUs they ran
-        # 1.5-6.6% faster without it; four rows of 256 ran 8% slower (H200), 16-bit short rows were a wash.
+        # up to 7% faster without it, never slower; four rows of 256 ran 8% slower (H200); 16-bit, a wash.
         fp32_few_rows = size == 4 and n <= 768 and block_m <= 2
         prefetch = 0 if fp32_few_rows else max(1, FORWARD_PREFETCH_BYTES // (block_m * lanes * size))
         return LaunchConfig(block_m, block_n, warps, preload_affine=True, prefetch_per_sm=prefetch)
