@@ -202,7 +202,9 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
 # columns, 2048-32768 rows) on both GPUs (each shape's five best and the heuristic's before short rows ran
 # small programs), then at widths the small programs were not fitted on (320, 576, 960 and 1408: each
 # shape's five best, the old heuristic's and the new one's), then the old heuristic configuration against
-# the small program on each changed key (the median of three interleaved rounds); with the keys each holds.
+# the small program on each changed key (the median of three interleaved rounds), and the fused forward's
+# options on the H100 at fp32 12288 and 16384 and 16-bit 32768 (warps, w and b preloaded, the prefetch and,
+# 16-bit, the single reduction; the median of three interleaved rounds); with the keys each holds.
 RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
 SWEEP_KEYS = {
     "h100-every-key": 48,
@@ -229,6 +231,7 @@ SWEEP_KEYS = {
     "h200-short-rows-held-out": 12,
     "h100-short-rows-rule": 40,
     "h200-short-rows-rule": 40,
+    "h100-wide-forward-options": 4,
 }
 
 
