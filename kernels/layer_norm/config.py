@@ -22,21 +22,16 @@ import torch
 # to local memory, so the fused variant refuses larger rows; two_pass takes any N.
 FUSED_MAX_N = 32768
 
-# The fused backward's tile stays in registers up to this many lanes; at 16384 it already
-# spills for sm_90 (320-560 bytes of stack a thread at 16 warps; on an H200 sweep of 8192x16384,
-# every fused backward configuration spilled or overflowed shared memory). A wider row is split
-# into slices of this many lanes, one program each (row_slices, at most MAX_ROW_SLICES), which
-# still reads the row once (the H200 sweeps chose the fused backward on every key up to 8192,
-# N = 5000 too: 8192 lanes, 39% masked, 1.8x two_pass's speed).
+# The fused backward's tile stays in registers up to this many lanes (at 16384 every configuration
+# spills for sm_90). A wider row is split into slices of this many lanes, one program each
+# (row_slices, at most MAX_ROW_SLICES), so that it is still read once.
 FUSED_BWD_REGISTER_LANES = 8192
 MAX_ROW_SLICES = 4
 # auto's backward splits rows from this width on, where they fill three quarters of their slices' lanes
 # or more (measured from 12288 up); narrower rows past 8192 lanes run two_pass's backward.
 ROW_SLICES_MIN_N = 12288
 
-# Short forward rows run small programs (short_row_tile): over both GPUs' sweeps at 8192 rows of 320-2048
-# columns, their tiles ran within 1.03x of each shape's best tile on 83 of 90 shapes (at most 1.08x),
-# the 8 KiB programs on four warps they replace on 43 (at most 1.19x).
+# Short forward rows run small programs (short_row_tile), fitted on both GPUs' sweeps at 320-2048 columns.
 SHORT_ROW_MAX_N = 1536
 SHORT_PROGRAM_BYTES = 4096
 SHORT_VALUES_PER_THREAD = 48
@@ -122,11 +117,9 @@ def fused_tail_n(n: int, block_n: int) -> int:
 def fused_block_n(direction: str, n: int) -> int:
     """The heuristic's fused tile past the short rows (short_row_tile): N rounded up to a power of two,
     or, forward past 2048, N's largest power-of-two piece where a tail piece covers the rest in fewer
-    lanes (5000: 4096 + 1024, 2% of the lanes masked off instead of 39%). On an H200 the split forward
-    was 1.02-1.25x faster at 5000, but at 768 on four warps (512 + 256) 1.03-1.13x slower than one
-    1024-lane piece; the split backward 1.08-1.23x slower at the same warps: where the tail gives a
-    thread fewer elements than the head's vector, the compiler moves the whole head tile into the
-    tail's layout through shared memory every row."""
+    lanes (5000: 4096 + 1024, 2% of the lanes masked off instead of 39%). Narrower rows and the
+    backward keep one piece: where the tail gives a thread fewer elements than the head's vector, the
+    compiler moves the whole head tile into the tail's layout through shared memory every row."""
     whole, head = next_power_of_2(n), prev_power_of_2(n)
     split = direction == "fwd" and n > 2048 and head + fused_tail_n(n, head) < whole
     return head if split else whole
@@ -213,9 +206,8 @@ def _warps_for(elements: int, per_thread: int) -> int:
 def two_pass_block_n(n: int, element_bytes: int, cap: int, floor: int) -> int:
     """The heuristic's two_pass chunk: the row rounded up to a power of two, or, 16-bit, that, its
     half or its quarter (not below ``floor``), whichever masks the fewest lanes (3072: three chunks of
-    1024, not one of 4096 a quarter masked); at most ``cap``. On an H200 that made 16-bit 3072 and
-    6144 1.10-1.20x faster both ways, 768 forward 1.10-1.12x; on an H100 4096x5000 1.07-1.15x. fp32
-    rows ran 1.07-1.2x slower in those chunks than whole, masked lanes and all."""
+    1024, not one of 4096 a quarter masked); at most ``cap``. fp32 rows stay whole: split, they ran
+    slower, masked lanes and all."""
     whole = next_power_of_2(n)
     if element_bytes < 4:
         pieces = [c for c in (whole, whole // 2, whole // 4) if c >= min(floor, whole)]
@@ -224,13 +216,9 @@ def two_pass_block_n(n: int, element_bytes: int, cap: int, floor: int) -> int:
 
 
 def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -> LaunchConfig:
-    """The configuration of a key the tuned table lacks: another GPU class, or another N. Chosen
-    from recorded sweeps (the H100's of every key, the H200's fused backward, the H200's of every
-    key at the model widths, 768 to 32768, and its two_pass backward's stages, both GPUs' of rows
-    past 16384 and of the fused backward's balanced grid at the model widths), among whose
-    configurations it is within 1.13x of each key's best (tests/fixtures/recorded_sweeps.json); at
-    the model widths within 1.10x. The fused forward's short rows come from both GPUs' sweeps of its
-    whole space at 384-2048 columns (short_row_tile)."""
+    """The configuration of a key the tuned table lacks: another GPU class, or another N. Written from
+    the recorded sweeps (tests/fixtures/recorded_sweeps.json), among whose configurations a test holds
+    it within 1.13x of each key's best; docs/tuning.md lists the rules and what they rest on."""
     size = dtype.itemsize
     if variant == "two_pass":
         if direction == "fwd":  # chunks up to 8192, rows packed to 2048 elements and two while a chunk is under 8 KiB
@@ -238,15 +226,11 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
             block_m = prev_power_of_2(min(16, max(2048 // block_n, 2 if block_n * size < 8192 else 1)))
             return LaunchConfig(block_m, block_n, _warps_for(block_m * block_n, 32))
         # Two rows a step of chunks up to 4096 (from 512: at most 8 programs per SM); x, dy, xhat and the
-        # dw/db sums live at once: 16 elements a thread. Rows past 8192 (auto's two_pass backwards) load
-        # two chunks ahead (3 stages). fp32 steps 8 rows of 1024 (16384 and 32768 unpipelined 1.01-1.03x
-        # the best on an H200), 16-bit 4 rows of 4096 (9216 and 10240 1.09-1.10x 2 rows on an H100); each
-        # step reads and writes the program's fp32 dw/db partial rows.
-        # 16-bit rows of 12288 or more write dx alone, a row of 8192-column chunks a step on 16 warps, and
-        # a column kernel sums dw and db (column_grads). On an H100 against 4 rows of 4096: 8192x12288
-        # 1.05-1.07x, 8192x14336 1.25x, 2048x12288 1.05x; at 16384 and 32768 a row of 4096 on 8 warps ran
-        # 1.18-1.24x, and the tune sweep puts this tile 1.06-1.07x ahead of that one. Not at 10240 (0.87x),
-        # nor fp32 (0.89-0.94x at 12288-32768).
+        # dw/db sums live at once: 16 elements a thread. Rows past 8192 load two chunks ahead (3 stages) and
+        # step more rows at once (fp32 8 of 1024, 16-bit 4 of 4096): every step reads and writes the
+        # program's fp32 dw/db partial rows. 16-bit rows of 12288 or more write dx alone, a row of
+        # 8192-column chunks a step, and a column kernel sums dw and db (column_grads): their partial rows
+        # no longer fit in L2 beside x and dy.
         if n >= 12288 and size < 4:
             return LaunchConfig(1, 8192, 16, programs_per_sm=4, column_grads=True)
         wide = n > 8192
@@ -258,8 +242,7 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     if direction == "fwd" and (short := short_row_tile(n, size)) is not None:
         block_m, block_n, warps = short
         lanes = block_n + fused_tail_n(n, block_n)
-        # fp32 programs of one or two rows up to 768 columns (320-768) do not prefetch: on both GPUs they ran
-        # up to 7% faster without it, never slower; four rows of 256 ran 8% slower (H200); 16-bit, a wash.
+        # fp32 programs of one or two rows up to 768 columns do not prefetch: it cost them up to 7% on both GPUs.
         fp32_few_rows = size == 4 and n <= 768 and block_m <= 2
         prefetch = 0 if fp32_few_rows else max(1, FORWARD_PREFETCH_BYTES // (block_m * lanes * size))
         return LaunchConfig(block_m, block_n, warps, preload_affine=True, prefetch_per_sm=prefetch)
@@ -269,45 +252,33 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     warps = _warps_for(block_m * block_n, 32)
     if direction == "fwd" and lanes > 16384:
         # Wider forward rows: 16-bit 16 warps (64 values a thread in 128 registers), fp32 32 (32 in 64).
-        # On an H100 at 32768, 1024 to 32768 rows: 0.95-1.31x torch.compile, where two_pass's forward
-        # ran 0.68-0.97x.
         warps = 32 if size == 4 else 16
     tail_warps = block_m * (lanes - block_n) * size // (32 * 16)
     if tail_warps >= 1:  # a tail piece wide enough for 16-byte accesses keeps them (bf16 5000: 4 warps, 1.5x)
         warps = min(warps, tail_warps)
     if direction == "fwd":
-        # Every forward prefetches into L2 the rows 48 KiB a SM ahead, at least a row block: the H200's best
-        # configurations at 768-6144 do (1.03-1.11x faster than any without; fp32 1600 a tie), and at 16-bit
-        # 16384 one row ahead ran 1.02x two on an H100.
+        # Every forward prefetches into L2 the rows 48 KiB a SM ahead, at least a row block, as the H200's best
+        # configurations at the model widths do.
         prefetch = max(1, FORWARD_PREFETCH_BYTES // (block_m * lanes * size))
         if lanes > 8192:
-            # Wider rows: 8 warps up to 16384. Wider fp32 rows do not prefetch (1.12-1.26x slower with it
-            # on an H100).
+            # Wider rows: 8 warps up to 16384. Wider fp32 rows do not prefetch: they ran slower with it.
             if lanes <= 16384:
                 return LaunchConfig(block_m, block_n, min(warps, 8), prefetch_per_sm=prefetch)
             return LaunchConfig(block_m, block_n, warps, prefetch_per_sm=0 if size == 4 else prefetch)
         # The single reduction stays a tuned option: it costs the statistics bits. w and b load with x, lest
-        # their latency follow the statistics, but for a whole 8192-lane tile: on both GPUs at 1024-6144
-        # 0.99-1.12x faster with them (6144 1.03-1.04x), at 8192 on the H200 0.89-0.99x.
+        # their latency follow the statistics, but for a whole 8192-lane tile (slower there on the H200).
         return LaunchConfig(block_m, block_n, warps, preload_affine=lanes < 8192, prefetch_per_sm=prefetch)
     if lanes > FUSED_BWD_REGISTER_LANES:
-        # A row in slices of 8192 lanes, 8 warps, two row steps loading ahead (three in fp32). On an H100
-        # at 8192 rows of 12288-32768, against two_pass's backward: 16-bit 1.46-1.76x, fp32 1.69-1.76x;
-        # slices of 4096 lanes 0.83-1.00x the 8192s at 16 bits, four steps ahead 0.98-1.02x. 16-bit slices
-        # also prefetch two steps ahead into L2 and take the single reduction: 1.00-1.15x faster on an H100,
-        # 1.05-1.07x on an H200; fp32's prefetch ran 0.95-0.97x on an H200.
+        # A row in slices of 8192 lanes, 8 warps, two row steps loading ahead (three in fp32). 16-bit slices,
+        # whose fixed costs weigh more per byte, also prefetch two steps ahead and take the single reduction.
         slices = cdiv(n, FUSED_BWD_REGISTER_LANES)
         wide_16bit = size < 4
         return LaunchConfig(1, FUSED_BWD_REGISTER_LANES, 8, programs_per_sm=1, num_stages=3 if wide_16bit else 4,
                             prefetch_per_sm=2 if wide_16bit else 0, single_reduction=wide_16bit,
                             row_slices=slices)  # fmt: skip
-    # The fused backward at one program per SM, two where a row block of x is under 8 KiB (16-bit 768,
-    # 1600 and 3072 1.11-1.14x faster on an H200; fp32's, 12 KiB, would run 1.04-1.08x slower), with up to
-    # three row blocks of x and dy loading ahead (4 stages) where shared memory holds them, and the
-    # single reduction while the tile stays in registers. Two programs an SM run on a balanced grid: at
-    # 8192 rows of 16-bit 768, 1600 and 3072 1.02-1.06x faster on an H100 and 1.03-1.04x on an H200; over
-    # every auto backward of two an SM (16 cases) 1.00-1.06x and 1.00-1.07x. At one an SM it stays a
-    # tuned choice (0.98-1.03x).
+    # The fused backward at one program per SM, two (on a balanced grid) where a row block of x is under
+    # 8 KiB, with up to three row blocks of x and dy loading ahead (4 stages) where shared memory holds
+    # them, and the single reduction while the tile stays in registers.
     row_block = 2 * block_m * lanes * size  # x and dy
     stages = next((s for s in (4, 3) if (s - 1) * row_block <= PIPELINE_MAX_BYTES), 1)
     programs = 2 if block_m * n * size < 8192 else 1
