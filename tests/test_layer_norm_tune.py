@@ -204,7 +204,9 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
 # shape's five best, the old heuristic's and the new one's), then the old heuristic configuration against
 # the small program on each changed key (the median of three interleaved rounds), and the fused forward's
 # options on the H100 at fp32 12288 and 16384 and 16-bit 32768 (warps, w and b preloaded, the prefetch and,
-# 16-bit, the single reduction; the median of three interleaved rounds); with the keys each holds.
+# 16-bit, the single reduction; the median of three interleaved rounds), and the fp32 backward in row slices
+# at 12288-32768, swept on the H200 (each shape's five best and the heuristic's), then four of its
+# configurations on the H100 (the median of two interleaved rounds); with the keys each holds.
 RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
 SWEEP_KEYS = {
     "h100-every-key": 48,
@@ -232,6 +234,8 @@ SWEEP_KEYS = {
     "h100-short-rows-rule": 40,
     "h200-short-rows-rule": 40,
     "h100-wide-forward-options": 4,
+    "h200-fp32-row-slices": 3,
+    "h100-fp32-row-slices-options": 3,
 }
 
 
