@@ -7,6 +7,7 @@ import torch
 from triton import knobs
 
 from kernelgate.kernels.layer_norm import launch, ops
+from kernelgate.kernels.layer_norm.config import tuned_table
 
 
 class RecordedKernel:
@@ -86,3 +87,65 @@ def test_a_bound_forward_launches_on_addresses_keyed_by_their_alignment(recorded
         (args,) = kernel.runs
         tensors = (x, y, w, b, mean, rstd)
         assert args[9:15] == tuple(t.data_ptr() for t in tensors)  # after grid, stream, function and metadata
+
+
+def test_a_call_of_a_seen_signature_goes_straight_to_its_bound_launches(recorded_binds, monkeypatch):
+    """The first call of a signature checks its arguments and binds its kernels; a later call of the same
+    layout launches them on its own tensors without checking again, and one of another layout gets
+    its own plan."""
+    monkeypatch.setattr(ops, "_PLANS", {})
+    monkeypatch.setattr(ops, "interpreter_mode", lambda: True)  # CPU tensors pass the checks
+    checked = []
+    monkeypatch.setattr(ops, "_check_inputs", lambda *args: checked.append(args) or args[0].shape[-1])
+    w, b = torch.randn(32, requires_grad=True), torch.randn(32, requires_grad=True)
+
+    def call(x):
+        x.requires_grad_()
+        dy = torch.randn_like(x)
+        dx, dw, db = torch.autograd.grad(ops.layer_norm(x, 32, w, b), (x, w, b), dy)
+        return x, dy, dx, dw, db
+
+    call(torch.randn(6, 32))
+    assert len(checked) == 1 and len(recorded_binds) == 3  # forward, backward rows, column sums
+    x, dy, dx, dw, db = call(torch.randn(6, 32))
+    assert len(checked) == 1 and len(ops._PLANS) == 1
+    forward, rows, columns = recorded_binds.values()
+    (args,) = forward.runs
+    assert args[9] == x.data_ptr() and args[11:13] == (w.data_ptr(), b.data_ptr())
+    (args,) = rows.runs
+    assert args[9:12] == (x.data_ptr(), dy.data_ptr(), dx.data_ptr())
+    (args,) = columns.runs
+    assert args[10:12] == (dw.data_ptr(), db.data_ptr())
+    call(torch.randn(6 * 32 + 1)[1:].view(6, 32))  # 4 bytes past 16-byte alignment
+    assert len(checked) == 2 and len(ops._PLANS) == 2 and len(recorded_binds) == 6
+
+
+def test_calls_share_a_signature_only_where_their_launches_agree(tmp_path):
+    """A signature holds what the checks, ``auto`` and the launches read: calls that differ in their
+    tensors' data alone share one; any other difference (layout, alignment, dtype, the parameters
+    present, eps, the variant asked, statistics stored) parts them. Arguments the checks must see
+    every time have none."""
+    x, w, b = torch.randn(8, 64), torch.randn(64), torch.randn(64)
+    signature = ops._signature(x, (64,), w, b, 1e-5, "auto", True)
+    assert ops._signature(torch.randn(8, 64), (64,), torch.randn(64), torch.randn(64), 1e-5, "auto", True) == signature
+    misaligned = torch.randn(8 * 64 + 1)[1:].view(8, 64)
+    others = {
+        "misaligned x": ops._signature(misaligned, (64,), w, b, 1e-5, "auto", True),
+        "strided rows": ops._signature(torch.randn(8, 65)[:, :64], (64,), w, b, 1e-5, "auto", True),
+        "more rows": ops._signature(torch.randn(9, 64), (64,), w, b, 1e-5, "auto", True),
+        "3-D x": ops._signature(x.view(2, 4, 64), (64,), w, b, 1e-5, "auto", True),
+        "dtype": ops._signature(x.half(), (64,), w.half(), b.half(), 1e-5, "auto", True),
+        "misaligned weight": ops._signature(x, (64,), torch.randn(65)[1:], b, 1e-5, "auto", True),
+        "no bias": ops._signature(x, (64,), w, None, 1e-5, "auto", True),
+        "eps": ops._signature(x, (64,), w, b, 1e-6, "auto", True),
+        "variant": ops._signature(x, (64,), w, b, 1e-5, "fused", True),
+        "no statistics": ops._signature(x, (64,), w, b, 1e-5, "auto", False),
+    }
+    with tuned_table(tmp_path / "other.json"):
+        others["another tuned table"] = ops._signature(x, (64,), w, b, 1e-5, "auto", True)
+    for name, other in others.items():
+        assert other is not None and other != signature, name
+    for name, args in {"int eps": (x, (64,), w, b, 0, "auto"), "bool eps": (x, (64,), w, b, True, "auto"),
+                       "list x": ([1.0] * 64, (64,), w, b, 1e-5, "auto"),
+                       "variant not a string": (x, (64,), w, b, 1e-5, None)}.items():  # fmt: skip
+        assert ops._signature(*args, True) is None, name

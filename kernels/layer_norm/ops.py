@@ -29,7 +29,7 @@ from kernelgate.kernels.layer_norm.config import (
     resolve_variant,
     tuned_override,
 )
-from kernelgate.kernels.layer_norm.launch import Launch, bind, bound
+from kernelgate.kernels.layer_norm.launch import Bound, Launch, bind, bound
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -344,12 +344,9 @@ def layer_norm_fwd(
 
 
 def _run_forward(x2, weight, bias, eps: float, variant: str, out=None, cfg=None, stats=True):
-    """``layer_norm_fwd``'s outputs, and the launch key of its bound kernel (None where none launched)."""
-    m = x2.shape[0]
-    if out is None:
-        mean_rstd = [torch.empty(m, dtype=torch.float32, device=x2.device) for _ in range(2)] if stats else [None] * 2
-        out = (torch.empty_like(x2, memory_format=torch.contiguous_format), *mean_rstd)
-    if m == 0:
+    """``layer_norm_fwd``'s outputs, and the compiled kernel bound to its launch (None where none is)."""
+    out = out if out is not None else _forward_outputs(x2, stats)
+    if x2.shape[0] == 0:
         return out, None
     if cfg is not None:
         forward_launch(x2, weight, bias, eps, variant, *out, cfg)()
@@ -358,9 +355,16 @@ def _run_forward(x2, weight, bias, eps: float, variant: str, out=None, cfg=None,
     key = _forward_key(x2, weight, bias, variant, out[1] is not None, args)
     if (kernel := bound(key)) is not None:
         kernel(args)
-    else:
-        bind(key, forward_launch(x2, weight, bias, eps, variant, *out), len(args))
-    return out, key
+        return out, kernel
+    bind(key, forward_launch(x2, weight, bias, eps, variant, *out), len(args))
+    return out, bound(key)
+
+
+def _forward_outputs(x2, stats: bool) -> tuple:
+    """Fresh y, and mean and rstd (None without ``stats``): fresh allocations are 512-byte aligned."""
+    m = x2.shape[0]
+    mean_rstd = [torch.empty(m, dtype=torch.float32, device=x2.device) for _ in range(2)] if stats else [None] * 2
+    return torch.empty_like(x2, memory_format=torch.contiguous_format), *mean_rstd
 
 
 def forward_key(x2, weight, bias, variant: str, y, mean, rstd) -> tuple:
@@ -392,9 +396,10 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
     return _run_backward(dy2, x2, weight, bias, mean, rstd, variant, out, cfg)[:3]
 
 
-def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg=None, key=None):
-    """``layer_norm_bwd``'s outputs, and the launch key of its row kernel (None where none launched).
-    A caller that knows the key (``backward_key`` of these arguments) passes it and skips computing it."""
+def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg=None, kernels=None):
+    """``layer_norm_bwd``'s outputs, and the compiled kernels bound to its launches, (row kernel, column
+    kernel or None), None where none are. A caller that has them for these arguments' layout passes
+    them (autograd's backward, from its call's plan) and skips computing their launch keys."""
     m = x2.shape[0]
     dx, dw, db = out if out is not None else (torch.empty_like(x2, memory_format=torch.contiguous_format), None, None)
     dw = None if weight is None else dw if dw is not None else torch.empty_like(weight)
@@ -405,39 +410,47 @@ def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg
             t.zero_()
         return dx, dw, db, None
     if cfg is not None:
-        launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx, cfg)
-        launch()
-        if sums and partial is not None:
-            column_sum_launch(partial, _groups(launch.grid[0], launch.constexprs), sums)()
-        elif sums:
-            column_grads_launch(dy2, x2, mean, rstd, dw, db)()
+        _launch_backward(dy2, x2, weight, bias, mean, rstd, variant, dx, dw, db, cfg)
         return dx, dw, db, None
-    if key is None:
+    if kernels is None:
         key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx)
-    if (kernel := bound(key)) is not None:
-        programs, constexprs = kernel.grid[0], kernel.constexprs
-        partial = _partial_sums(programs, constexprs, x2)
-        kernel(_addresses(_backward_args(dy2, x2, weight, mean, rstd, dx, partial), BACKWARD_POINTERS))
-    else:
-        launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx)
-        programs, constexprs = launch.grid[0], launch.constexprs
-        bind(key, launch, len(_backward_args(dy2, x2, weight, mean, rstd, dx, partial)))
-    if not sums:
-        return dx, dw, db, key
-    # The column kernel follows from the row kernel's key, and from dw and db where they were given
-    # (freshly allocated ones are aligned).
-    columns_key = ("columns", key, out is None or _low_bits(*sums))
-    kernel = bound(columns_key)
-    if partial is not None:
-        if kernel is not None:
-            kernel((partial.data_ptr(), sums[0].data_ptr(), sums[-1].data_ptr()))
-        else:
-            bind(columns_key, column_sum_launch(partial, _groups(programs, constexprs), sums), 3)
-    elif kernel is not None:
-        kernel(_addresses(_column_grads_args(dy2, x2, mean, rstd, dw, db)[:6], 6))
-    else:
-        bind(columns_key, column_grads_launch(dy2, x2, mean, rstd, dw, db), 6)
-    return dx, dw, db, key
+        # The column kernel follows from the row kernel's key, and from dw and db where they were given
+        # (freshly allocated ones are aligned).
+        columns_key = ("columns", key, out is None or _low_bits(*sums))
+        row, columns = bound(key), bound(columns_key) if sums else None
+        if row is None or (sums and columns is None):  # the first call of this layout: bind its kernels
+            _launch_backward(dy2, x2, weight, bias, mean, rstd, variant, dx, dw, db, bind_to=(key, columns_key))
+            row, columns = bound(key), bound(columns_key) if sums else None
+            return dx, dw, db, (row, columns) if row is not None else None
+        kernels = row, columns
+    row, columns = kernels
+    partial = _partial_sums(row.grid[0], row.constexprs, x2)
+    row(_addresses(_backward_args(dy2, x2, weight, mean, rstd, dx, partial), BACKWARD_POINTERS))
+    if columns is not None and partial is not None:
+        columns((partial.data_ptr(), sums[0].data_ptr(), sums[-1].data_ptr()))
+    elif columns is not None:
+        columns(_addresses(_column_grads_args(dy2, x2, mean, rstd, dw, db)[:6], 6))
+    return dx, dw, db, kernels
+
+
+def _launch_backward(dy2, x2, weight, bias, mean, rstd, variant: str, dx, dw, db, cfg=None, bind_to=None) -> None:
+    """The backward's launches through Triton: its row kernel, then the column kernel that sums dw and db
+    where there are any. ``bind_to``: (row key, column key) to bind the compiled kernels to."""
+    launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx, cfg)
+    sums = [t for t in (dw, db) if t is not None]
+    columns = None
+    if sums and partial is not None:
+        columns, leading = column_sum_launch(partial, _groups(launch.grid[0], launch.constexprs), sums), 3
+    elif sums:
+        columns, leading = column_grads_launch(dy2, x2, mean, rstd, dw, db), 6
+    if bind_to is None:
+        launch()
+        if columns is not None:
+            columns()
+        return
+    bind(bind_to[0], launch, len(_backward_args(dy2, x2, weight, mean, rstd, dx, partial)))
+    if columns is not None:
+        bind(bind_to[1], columns, leading)
 
 
 def _groups(programs: int, constexprs: dict) -> int:
@@ -469,26 +482,61 @@ def _select_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gp
 
 
 def _forward(x, normalized_shape, weight, bias, eps, variant, stats=True):
-    """The forward of ``layer_norm``: y, what the backward reads, and the forward's launch key."""
+    """The forward of ``layer_norm``: y, what the backward reads, and the call's plan (None where it has none)."""
+    signature = _signature(x, normalized_shape, weight, bias, eps, variant, stats)
+    if (plan := _PLANS.get(signature)) is not None:
+        x2, weight, bias = _rows(x, plan.n), _flat(weight), _flat(bias)
+        y, mean, rstd = _forward_outputs(x2, stats)
+        plan.forward(_addresses(_forward_args(x2, weight, bias, eps, y, mean, rstd), FORWARD_POINTERS))
+        return _shaped(y, x.shape), (x2, weight, bias, mean, rstd), plan
     n = _check_inputs(x, normalized_shape, weight, bias, eps)
     if not isinstance(variant, str):
         raise TypeError(f"layer_norm: variant must be a string, got {type(variant).__name__}")
     x2, weight, bias = _rows(x, n), _flat(weight), _flat(bias)
-    variant = select_variant(variant, "fwd", x.dtype, n, gpu_of(x))
-    (y, mean, rstd), key = _run_forward(x2, weight, bias, eps, variant, stats=stats)
-    return _shaped(y, x.shape), (x2, weight, bias, mean, rstd), key
+    (y, mean, rstd), kernel = _run_forward(x2, weight, bias, eps, select_variant(variant, "fwd", x.dtype, n, gpu_of(x)),
+                                           stats=stats)  # fmt: skip
+    if signature is not None and kernel is not None:
+        plan = _PLANS[signature] = _Plan(n, kernel)
+    return _shaped(y, x.shape), (x2, weight, bias, mean, rstd), plan
 
 
-# Autograd's backward launches, {(the forward's launch key, the variant asked for, dy's dtype, row stride and
-# alignment, the tuned table): (the backward's variant, its launch key)}: together with the tensors the
-# backward allocates itself, those determine its launches, so a call computes neither again.
-_BACKWARD_KEYS: dict[tuple, tuple[str, tuple]] = {}
+@dataclasses.dataclass
+class _Plan:
+    """What the first eager call of a signature (``_signature``) worked out before launching: its
+    arguments passed the checks, N, and the forward's bound kernel; then, per layout of dy, the
+    backward's variant and bound kernels. Later calls of that signature go straight to their
+    allocations and launches: on an eager call, the checks and launch keys cost about as much host
+    time as the launch itself."""
+
+    n: int
+    forward: Bound
+    backwards: dict[tuple, tuple[str, tuple]] = dataclasses.field(default_factory=dict)
+
+
+_PLANS: dict[tuple, _Plan] = {}
+
+
+def _layout(t: torch.Tensor | None) -> tuple | None:
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
+
+
+def _signature(x, normalized_shape, weight, bias, eps, variant, stats: bool) -> tuple | None:
+    """Everything the checks, ``auto`` and the launches read of a call's arguments but the tensors' data:
+    each tensor's shape, strides, dtype, device and 16-byte alignment, and the other arguments, the
+    statistics stored or not and the tuned table. None where the checks must look every time (no float
+    eps, no string variant, no tensors with data)."""
+    if type(eps) is not float or type(variant) is not str:
+        return None
+    try:
+        return (_layout(x), _layout(weight), _layout(bias), normalized_shape, eps, variant, stats, tuned_override())
+    except (AttributeError, RuntimeError, TypeError):
+        return None
 
 
 class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, normalized_shape, weight, bias, eps, variant):
-        y, saved, ctx.forward_key = _forward(x, normalized_shape, weight, bias, eps, variant)
+        y, saved, ctx.plan = _forward(x, normalized_shape, weight, bias, eps, variant)
         ctx.save_for_backward(*saved)
         ctx.variant = variant  # as asked: "auto" resolves for the backward on its own
         ctx.x_shape = x.shape
@@ -506,15 +554,17 @@ class LayerNormFunction(torch.autograd.Function):
 def _backward(ctx, dy):
     x2, weight, bias, mean, rstd = ctx.saved_tensors
     dy2 = _rows(dy, x2.shape[1])
-    layout = (ctx.forward_key, ctx.variant, dy2.dtype, dy2.stride(0), dy2.data_ptr() & 15, tuned_override())
-    known = _BACKWARD_KEYS.get(layout)
+    # With the forward's signature, dy's dtype, row stride and alignment and the tuned table determine the
+    # backward's launches (dx, dw, db and the partial sums are its own fresh allocations).
+    plan, layout = ctx.plan, (dy2.dtype, dy2.stride(0), dy2.data_ptr() & 15, tuned_override())
+    known = plan.backwards.get(layout) if plan is not None else None
     if known is not None:
-        variant, key = known
+        variant, kernels = known
     else:
-        variant, key = select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2)), None
-    dx, dw, db, key = _run_backward(dy2, x2, weight, bias, mean, rstd, variant, key=key)
-    if known is None and key is not None:
-        _BACKWARD_KEYS[layout] = variant, key
+        variant, kernels = select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2)), None
+    dx, dw, db, kernels = _run_backward(dy2, x2, weight, bias, mean, rstd, variant, kernels=kernels)
+    if known is None and plan is not None and kernels is not None:
+        plan.backwards[layout] = variant, kernels
     return _shaped(dx, ctx.x_shape), None, dw, db, None, None
 
 
