@@ -147,5 +147,6 @@ def test_calls_share_a_signature_only_where_their_launches_agree(tmp_path):
         assert other is not None and other != signature, name
     for name, args in {"int eps": (x, (64,), w, b, 0, "auto"), "bool eps": (x, (64,), w, b, True, "auto"),
                        "list x": ([1.0] * 64, (64,), w, b, 1e-5, "auto"),
-                       "variant not a string": (x, (64,), w, b, 1e-5, None)}.items():  # fmt: skip
+                       "variant not a string": (x, (64,), w, b, 1e-5, None),
+                       "normalized shape a list": (x, [64], w, b, 1e-5, "auto")}.items():  # fmt: skip
         assert ops._signature(*args, True) is None, name

@@ -517,6 +517,7 @@ _PLANS: dict[tuple, _Plan] = {}
 
 
 def _layout(t: torch.Tensor | None) -> tuple | None:
+    """What a launch reads of a tensor but its data (None for an absent one)."""
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
 
 
@@ -524,8 +525,8 @@ def _signature(x, normalized_shape, weight, bias, eps, variant, stats: bool) -> 
     """Everything the checks, ``auto`` and the launches read of a call's arguments but the tensors' data:
     each tensor's shape, strides, dtype, device and 16-byte alignment, and the other arguments, the
     statistics stored or not and the tuned table. None where the checks must look every time (no float
-    eps, no string variant, no tensors with data)."""
-    if type(eps) is not float or type(variant) is not str:
+    eps, no string variant, a normalized shape not yet a tuple, no tensors with data)."""
+    if type(eps) is not float or type(variant) is not str or type(normalized_shape) is not tuple:
         return None
     try:
         return (_layout(x), _layout(weight), _layout(bias), normalized_shape, eps, variant, stats, tuned_override())
