@@ -42,13 +42,17 @@ def test_percent_of_a_reference_rate_pairs_each_round_with_its_own_reference():
     assert timing.pct_of_reference(50, 100, reference_ms, ms) == 40.0
 
 
-def test_host_costs_are_measured_alternately_round_by_round():
-    """A ratio of two host costs pairs loops taken moments apart, so the host's CPU cancels."""
+def test_host_costs_are_measured_alternately_round_by_round_in_rotating_order():
+    """A ratio of two host costs pairs loops taken moments apart, so the host's CPU cancels; each
+    round starts one callable further on, so that none always runs after the same one."""
     order = []
-    fns = {"ours": lambda: order.append("ours"), "torch": lambda: order.append("torch")}
-    host = timing.interleaved_enqueue_us(fns, calls=2, rounds=3)
-    assert order == ["ours", "ours", "torch", "torch"] * 3
-    assert {name: len(us) for name, us in host.items()} == {"ours": 3, "torch": 3}
+    fns = {name: lambda name=name: order.append(name) for name in ("ours", "torch", "compile")}
+    host = timing.interleaved_enqueue_us(fns, calls=2, rounds=4)
+    rounds = [order[i : i + 6 : 2] for i in range(0, len(order), 6)]
+    assert order[::2] == order[1::2]  # two calls a loop
+    assert rounds == [["ours", "torch", "compile"], ["torch", "compile", "ours"],
+                      ["compile", "ours", "torch"], ["ours", "torch", "compile"]]  # fmt: skip
+    assert {name: len(us) for name, us in host.items()} == {"ours": 4, "torch": 4, "compile": 4}
     assert all(us > 0 for series in host.values() for us in series)
 
 

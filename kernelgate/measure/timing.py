@@ -144,16 +144,19 @@ def enqueue_us(fn: Callable[[], object], calls: int = 100, repeats: int = 20) ->
 
 def interleaved_enqueue_us(fns: dict[str, Callable[[], object]], calls: int, rounds: int) -> dict[str, list[float]]:
     """Per-round host time to enqueue one call (``enqueue_us``) of several callables, measured
-    alternately (``least_ratio`` compares two of them). Python's garbage collector is off meanwhile,
-    as in timeit: a collection would land in whichever loop allocated the object that set it off."""
+    alternately (``least_ratio`` compares two of them). Each round starts one callable further on:
+    a loop's host time moves with what ran just before it (caches, the allocator's state), so no
+    callable always follows the same one. Python's garbage collector is off meanwhile, as in
+    timeit: a collection would land in whichever loop allocated the object that set it off."""
     host: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
     collecting = gc.isenabled()
     gc.collect()
     gc.disable()
     try:
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                host[name].append(enqueue_us(fn, calls=calls, repeats=1)[0])
+        for r in range(rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                host[name].append(enqueue_us(fns[name], calls=calls, repeats=1)[0])
     finally:
         if collecting:
             gc.enable()
