@@ -1101,6 +1101,27 @@ def test_real_thresholds_match_the_benchmark_space():
     assert any(rule.min == 1.16 and not rule.informational for rule in thresholds.rules)
 
 
+@pytest.mark.parametrize("gpu_class", ["H100", "H200"])
+def test_real_thresholds_report_the_layer_norm_targets_on_every_model_width(gpu_class):
+    """Each model-width case has its target as a reported rule: at least torch.compile's and Liger's
+    speed, an eager call's host cost at most 2x eager torch's and 1x torch.compile's (under a ceiling
+    that fails), and for forward+backward at 16384 and 32768 columns 90% of a tensor copy."""
+    rules = load_thresholds(ROOT / "perf-thresholds.toml").applicable(gpu_class)
+    targets = {"track_speedup_vs_compile": ("min", 1.0), "track_speedup_vs_liger": ("min", 1.0),
+               "track_host_vs_torch": ("max", 2.0), "track_host_vs_compile": ("max", 1.0)}  # fmt: skip
+    metrics = suite_space()
+    for metric, (bound, value) in targets.items():
+        name = f"bench_layer_norm.LayerNormWidthsMetrics.{metric}"
+        for case in metrics[name].cases(name):
+            matching = [rule for rule in rules if rule.matches(case)]
+            assert any(rule.informational and getattr(rule, bound) == value for rule in matching), case.label
+            if metric.startswith("track_host"):
+                assert any(not rule.informational and rule.max is not None for rule in matching), case.label
+    name = "bench_layer_norm.LayerNormWidthsMetrics.track_pct_tensor_copy"
+    wide = [case for case in metrics[name].cases(name) if case.value("shape") in ("8192x16384", "8192x32768")]
+    assert wide and all(any(rule.min == 90 for rule in rules if rule.matches(case)) for case in wide)
+
+
 def test_real_thresholds_pass_a_healthy_h200_run(gate):
     space = suite_space()
     not_applicable = {  # no FA2 at d_qk != d_v: asv records the skipped combinations as NaN
