@@ -35,6 +35,7 @@ from kernelgate.kernels.layer_norm.ops import (
     layer_norm_bwd,
     layer_norm_fwd,
     pdl_of,
+    row_words,
     select_variant,
 )
 from kernelgate.kernels.layer_norm.reference import layer_norm_ref
@@ -571,6 +572,38 @@ def test_fused_backward_in_row_slices(m, dtype, n, slices, cuda_device):
         assert torch.equal(got, plain), f"{name} differs without the prefetch"
     refs = layer_norm_ref(x, w, b, case.eps, dy)[1:4]
     _assert_matches_reference(case, dict(zip(("dx", "dw", "db"), zip(grads, refs, strict=True), strict=True)))
+
+
+@pytest.mark.parametrize("words", [4, 8])
+def test_fused_forward_zeroes_the_row_slice_words_after_rstd(words, kernel_device):
+    """The training forward zeroes the backward's row-slice words, ``words`` 64-bit words a row after rstd's
+    M floats rounded up to 16 bytes (poisoned with NaN before), and writes y, mean and rstd as without them."""
+    case = LayerNormCase(5, 96, "float32", offset=1e3)
+    x, w, b = case.make_inputs(kernel_device)
+    y, mean = torch.full_like(x, float("nan")), torch.full((5,), float("nan"), device=kernel_device)
+    rstd = torch.full((8 + 2 * words * 5,), float("nan"), device=kernel_device)
+    forward_launch(x, w, b, case.eps, "fused", y, mean, rstd, exchange_words=words)()
+    y_alone, mean_alone, rstd_alone = layer_norm_fwd(x, w, b, case.eps, "fused")
+    assert torch.equal(y, y_alone) and torch.equal(mean, mean_alone) and torch.equal(rstd[:5], rstd_alone)
+    assert rstd[5:8].isnan().all(), "the padding after rstd was written"
+    assert torch.equal(rstd[8:].view(torch.int64), torch.zeros(words * 5, dtype=torch.int64, device=kernel_device))
+
+
+@pytest.mark.parametrize(("n", "slices"), [(16384, 2), (20000, 3), (32768, 4)])
+@pytest.mark.parametrize("m", [37, 1001])
+def test_eager_backward_in_row_slices_leaves_its_words_zeroed(m, n, slices, cuda_device):
+    """An eager backward in row slices exchanges through words its forward zeroed, and its programs zero
+    them again: a second backward of the same forward (retain_graph), with another dy, matches the float64
+    reference too. 37 rows: one a group; 1001: several."""
+    case = LayerNormCase(m, n, "bfloat16", offset=1e3)
+    x, w, b = case.make_inputs(cuda_device, requires_grad=True)
+    y = kernels.layer_norm(x, n, w, b, case.eps)
+    assert y.grad_fn.exchange_words == row_words(slices)
+    for _ in range(2):
+        dy = torch.randn_like(y)
+        grads = torch.autograd.grad(y, (x, w, b), dy, retain_graph=True)
+        refs = layer_norm_ref(x.detach(), w.detach(), b.detach(), case.eps, dy)[1:4]
+        _assert_matches_reference(case, dict(zip(("dx", "dw", "db"), zip(grads, refs, strict=True), strict=True)))
 
 
 def test_row_slices_pass_nan_on_like_torch(cuda_device):

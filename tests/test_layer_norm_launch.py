@@ -153,3 +153,36 @@ def test_calls_share_a_signature_only_where_their_launches_agree(tmp_path):
                        "variant not a string": (x, (64,), w, b, 1e-5, None),
                        "normalized shape a list": (x, [64], w, b, 1e-5, "auto")}.items():  # fmt: skip
         assert ops._signature(*args, True) is None, name
+
+
+def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(recorded_binds, monkeypatch):
+    """Where the backward splits rows into slices (16384 columns: two), the eager forward zeroes the slices'
+    words after rstd, four a row, and the backward reads them there: its partial sums are all it allocates,
+    with nothing to zero. The functional backward, given statistics without words, allocates them zeroed."""
+    monkeypatch.setattr(ops, "_PLANS", {})
+    monkeypatch.setattr(ops, "interpreter_mode", lambda: False)  # on a GPU, rows are split
+    monkeypatch.setattr(ops, "_check_inputs", lambda *args: args[0].shape[-1])
+    zeroed, partial_sums = [], []
+    monkeypatch.setattr(torch.Tensor, "zero_", lambda t: zeroed.append(t.numel()) or t)
+    allocate = ops._partial_sums
+    monkeypatch.setattr(ops, "_partial_sums", lambda *args: partial_sums.append(allocate(*args)) or partial_sums[-1])
+    m, n = 6, 16384
+    w, b = (torch.randn(n).requires_grad_() for _ in range(2))
+    for _ in range(2):  # the first call binds its kernels, the second launches them from its plan
+        x = torch.randn(m, n, requires_grad=True)
+        y = ops.layer_norm(x, n, w, b, variant="fused")
+        assert y.grad_fn.saved_tensors[-1].numel() == 8 + 2 * 4 * m  # rstd, rounded up to 16 bytes, then the words
+        torch.autograd.grad(y, (x, w, b), torch.randn_like(y))
+    forward, rows, _ = recorded_binds.values()
+    assert forward.runs and rows.runs
+    (plan,) = ops._PLANS.values()
+    assert plan.exchange_words == ops.row_words(2) == 4
+    forward_bound, rows_bound = (launch._BOUND[key] for key in list(recorded_binds)[:2])
+    assert forward_bound.constexprs["EXCHANGE_WORDS"] == 4
+    assert rows_bound.constexprs["SLICES"] == 2 and rows_bound.constexprs["EXCHANGE_AFTER_RSTD"]
+    groups = rows_bound.grid[0] // 2
+    assert [t.numel() for t in partial_sums] == [2 * groups * n] * 2 and zeroed == []
+    x = torch.randn(m, n)
+    mean, rstd = torch.randn(m), torch.rand(m)
+    ops.layer_norm_bwd(torch.randn(m, n), x, w.detach(), b.detach(), mean, rstd, "fused")
+    assert partial_sums[-1].numel() == 2 * groups * n + 2 * 4 * m and zeroed == [2 * 4 * m]

@@ -182,10 +182,12 @@ def _addresses(args: tuple, pointers: int) -> tuple:
 
 
 def forward_launch(
-    x2, weight, bias, eps: float, variant: str, y, mean, rstd, cfg: LaunchConfig | None = None
+    x2, weight, bias, eps: float, variant: str, y, mean, rstd, cfg: LaunchConfig | None = None, exchange_words=0
 ) -> Launch:
     """``mean`` and ``rstd`` None: the statistics are not stored. ``cfg`` overrides the
-    tuned/heuristic configuration (the tuner sweeps it)."""
+    tuned/heuristic configuration (the tuner sweeps it). ``exchange_words`` > 0 (fused): rstd holds,
+    after its M floats rounded up to 16 bytes, the backward's row-slice words, that many a row, which the
+    forward zeroes (``backward_exchange_words``)."""
     m, n = x2.shape
     cfg = cfg or launch_config(variant, "fwd", x2.dtype, n, gpu_of(x2))
     if cfg.single_reduction and x2.dtype == torch.float32:
@@ -198,6 +200,7 @@ def forward_launch(
         PRELOAD_AFFINE=cfg.preload_affine,
         SINGLE_REDUCTION=cfg.single_reduction,
         PREFETCH=prefetch,
+        EXCHANGE_WORDS=exchange_words,
     ) if variant == "fused" else {}  # fmt: skip
     return Launch(
         kernel=_FWD_KERNELS[variant],
@@ -213,20 +216,26 @@ def forward_launch(
 def _partial_sums(programs: int, constexprs: dict, x2) -> torch.Tensor | None:
     """The fp32 buffer a backward launch of ``programs`` programs writes besides dx: the partial sums of
     dw and db, [slabs, groups, N] (a group: the programs that share rows, one per slice of a row), and
-    for a row split into slices, the slices' exchange (a zeroed 64-bit word per row and slice, 2 or 4).
-    One allocation per backward; the partial sums are never zeroed (every program writes its rows before
-    it reads them; every program has a row block). Fresh from PyTorch's caching allocator, it is at
-    least 512-byte aligned. None where nothing needs it."""
+    for a row split into slices whose words the forward did not zero, the slices' words (zeroed,
+    ``row_words`` 64-bit words a row). One allocation per backward; the partial sums are never zeroed
+    (every program writes its rows before it reads them; every program has a row block). Fresh from
+    PyTorch's caching allocator, it is at least 512-byte aligned. None where nothing needs it."""
     if not constexprs.get("PARTIAL_SUMS", True):  # a column kernel sums dw and db from x and dy
         return None
     slices, slabs = constexprs.get("SLICES", 1), constexprs["HAS_WEIGHT"] + constexprs["HAS_BIAS"]
     m, n = x2.shape
-    if slices == 1:
-        return torch.empty((slabs, programs, n), dtype=torch.float32, device=x2.device) if slabs else None
+    if slices == 1 or constexprs["EXCHANGE_AFTER_RSTD"]:
+        return torch.empty((slabs, programs // slices, n), dtype=torch.float32, device=x2.device) if slabs else None
     start = cdiv(slabs * (programs // slices) * n, 4) * 4  # 16-byte aligned
-    buffer = torch.empty(start + 2 * next_power_of_2(slices) * m, dtype=torch.float32, device=x2.device)
+    buffer = torch.empty(start + 2 * row_words(slices) * m, dtype=torch.float32, device=x2.device)
     buffer[start:].zero_()
     return buffer
+
+
+def row_words(slices: int) -> int:
+    """64-bit words a row of the fused backward's row slices exchange through: one a slice (four for three
+    slices), then one for the arrival count of the group that row starts, padded to a power of two."""
+    return 4 if slices == 2 else 8
 
 
 def _backward_args(dy2, x2, weight, mean, rstd, dx, partial) -> tuple:
@@ -237,10 +246,11 @@ def _backward_args(dy2, x2, weight, mean, rstd, dx, partial) -> tuple:
 
 
 def backward_launch(
-    dy2, x2, weight, bias, mean, rstd, variant: str, dx, cfg: LaunchConfig | None = None
+    dy2, x2, weight, bias, mean, rstd, variant: str, dx, cfg: LaunchConfig | None = None, exchange_words=0
 ) -> tuple[Launch, torch.Tensor | None]:
     """The backward launch and its fp32 partial sums (``_partial_sums``): [dw slab if weight, db slab if
-    bias], each [groups, N], the fused backward's row-slice exchange after them.
+    bias], each [groups, N], the fused backward's row-slice words after them unless the forward zeroed
+    them after rstd (``exchange_words``, as ``forward_launch`` took it, equal to ``row_words``).
 
     A persistent grid, launched without programmatic dependent launch: started early, onto SMs
     still busy with the previous kernel, its programs can double up on some SMs while others
@@ -268,8 +278,10 @@ def backward_launch(
     # 16-bit slices finish each row a step late, loading it again, for twice the pipeline's shared memory
     # (H100: 1.09-1.19x faster at 12288-32768); fp32's would leave room for one stage (0.92x at 32768).
     finish_late = slices > 1 and x2.element_size() == 2
+    after_rstd = slices > 1 and exchange_words == row_words(slices)
     by_variant = dict(TAIL_N=fused_tail_n(n, cfg.block_n) if slices == 1 else 0,
                       SINGLE_REDUCTION=cfg.single_reduction, PREFETCH=prefetch, SLICES=slices, FINISH_LATE=finish_late,
+                      EXCHANGE_AFTER_RSTD=after_rstd,
                       ) if variant == "fused" else dict(PARTIAL_SUMS=not cfg.column_grads)  # fmt: skip
     constexprs = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
                       BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec, NUM_STAGES=cfg.num_stages,
@@ -343,48 +355,55 @@ def layer_norm_fwd(
     return _run_forward(x2, weight, bias, eps, variant, out, cfg, stats)[0]
 
 
-def _run_forward(x2, weight, bias, eps: float, variant: str, out=None, cfg=None, stats=True):
-    """``layer_norm_fwd``'s outputs, and the compiled kernel bound to its launch (None where none is)."""
-    out = out if out is not None else _forward_outputs(x2, stats)
+def _run_forward(x2, weight, bias, eps: float, variant: str, out=None, cfg=None, stats=True, exchange_words=0):
+    """``layer_norm_fwd``'s outputs, and the compiled kernel bound to its launch (None where none is).
+    ``exchange_words``: see ``forward_launch``; fresh outputs make room for them after rstd."""
+    out = out if out is not None else _forward_outputs(x2, stats, exchange_words)
     if x2.shape[0] == 0:
         return out, None
     if cfg is not None:
         forward_launch(x2, weight, bias, eps, variant, *out, cfg)()
         return out, None
     args = _addresses(_forward_args(x2, weight, bias, eps, *out), FORWARD_POINTERS)
-    key = _forward_key(x2, weight, bias, variant, out[1] is not None, args)
+    key = _forward_key(x2, weight, bias, variant, out[1] is not None, args, exchange_words)
     if (kernel := bound(key)) is not None:
         kernel(args)
         return out, kernel
-    bind(key, forward_launch(x2, weight, bias, eps, variant, *out), len(args))
+    bind(key, forward_launch(x2, weight, bias, eps, variant, *out, exchange_words=exchange_words), len(args))
     return out, bound(key)
 
 
-def _forward_outputs(x2, stats: bool) -> tuple:
-    """Fresh y, and mean and rstd (None without ``stats``): fresh allocations are 512-byte aligned."""
+def _forward_outputs(x2, stats: bool, exchange_words: int = 0) -> tuple:
+    """Fresh y, and mean and rstd (None without ``stats``), rstd followed by ``exchange_words`` 64-bit words
+    a row from its M floats rounded up to 16 bytes: fresh allocations are 512-byte aligned."""
     m = x2.shape[0]
-    mean_rstd = [torch.empty(m, dtype=torch.float32, device=x2.device) for _ in range(2)] if stats else [None] * 2
-    return torch.empty_like(x2, memory_format=torch.contiguous_format), *mean_rstd
+    y = torch.empty_like(x2, memory_format=torch.contiguous_format)
+    if not stats:
+        return y, None, None
+    floats = cdiv(m, 4) * 4 + 2 * exchange_words * m if exchange_words else m
+    mean = torch.empty(m, dtype=torch.float32, device=x2.device)
+    return y, mean, torch.empty(floats, dtype=torch.float32, device=x2.device)
 
 
-def forward_key(x2, weight, bias, variant: str, y, mean, rstd) -> tuple:
+def forward_key(x2, weight, bias, variant: str, y, mean, rstd, exchange_words=0) -> tuple:
     """What ``forward_launch`` reads of its arguments but the tensors' data and eps: one bound kernel each."""
     args = _addresses(_forward_args(x2, weight, bias, 0.0, y, mean, rstd), FORWARD_POINTERS)
-    return _forward_key(x2, weight, bias, variant, mean is not None, args)
+    return _forward_key(x2, weight, bias, variant, mean is not None, args, exchange_words)
 
 
-def _forward_key(x2, weight, bias, variant: str, stats: bool, args: tuple) -> tuple:
+def _forward_key(x2, weight, bias, variant: str, stats: bool, args: tuple, exchange_words: int) -> tuple:
     """``forward_key`` from the launch's arguments with addresses (``_addresses``), which a call computes
     once for both. The parameters share x's dtype (the input checks) and the statistics are float32."""
     return ("fwd", variant, x2.dtype, x2.get_device(), tuned_override(), weight is None, bias is None, stats,
-            args[FORWARD_POINTERS:-1], tuple([address & 15 for address in args[:FORWARD_POINTERS]]))  # fmt: skip
+            exchange_words, args[FORWARD_POINTERS:-1],
+            tuple([address & 15 for address in args[:FORWARD_POINTERS]]))  # fmt: skip
 
 
-def backward_key(dy2, x2, weight, bias, mean, rstd, variant: str, dx) -> tuple:
+def backward_key(dy2, x2, weight, bias, mean, rstd, variant: str, dx, exchange_words=0) -> tuple:
     """What ``backward_launch`` reads of its arguments but the tensors' data and the partial sums, whose
     shape follows from the rest and whose address is a fresh allocation's: 512-byte aligned."""
     return ("bwd", variant, x2.shape, x2.stride(0), dy2.stride(0), dx.stride(0), x2.get_device(), tuned_override(),
-            bias is not None, _low_bits(x2, dy2, dx, weight, mean, rstd))  # fmt: skip
+            bias is not None, exchange_words, _low_bits(x2, dy2, dx, weight, mean, rstd))  # fmt: skip
 
 
 def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg: LaunchConfig | None = None):
@@ -396,10 +415,11 @@ def layer_norm_bwd(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cf
     return _run_backward(dy2, x2, weight, bias, mean, rstd, variant, out, cfg)[:3]
 
 
-def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg=None, kernels=None):
+def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg=None, kernels=None, exchange_words=0):
     """``layer_norm_bwd``'s outputs, and the compiled kernels bound to its launches, (row kernel, column
     kernel or None), None where none are. A caller that has them for these arguments' layout passes
-    them (autograd's backward, from its call's plan) and skips computing their launch keys."""
+    them (autograd's backward, from its call's plan) and skips computing their launch keys.
+    ``exchange_words``: the row-slice words the forward zeroed after rstd (``backward_launch``)."""
     m = x2.shape[0]
     dx, dw, db = out if out is not None else (torch.empty_like(x2, memory_format=torch.contiguous_format), None, None)
     dw = None if weight is None else dw if dw is not None else torch.empty_like(weight)
@@ -413,13 +433,15 @@ def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg
         _launch_backward(dy2, x2, weight, bias, mean, rstd, variant, dx, dw, db, cfg)
         return dx, dw, db, None
     if kernels is None:
-        key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx)
+        key = backward_key(dy2, x2, weight, bias, mean, rstd, variant, dx, exchange_words)
         # The column kernel follows from the row kernel's key, and from dw and db where they were given
         # (freshly allocated ones are aligned).
         columns_key = ("columns", key, out is None or _low_bits(*sums))
         row, columns = bound(key), bound(columns_key) if sums else None
         if row is None or (sums and columns is None):  # the first call of this layout: bind its kernels
-            _launch_backward(dy2, x2, weight, bias, mean, rstd, variant, dx, dw, db, bind_to=(key, columns_key))
+            _launch_backward(
+                dy2, x2, weight, bias, mean, rstd, variant, dx, dw, db, None, (key, columns_key), exchange_words
+            )
             row, columns = bound(key), bound(columns_key) if sums else None
             return dx, dw, db, (row, columns) if row is not None else None
         kernels = row, columns
@@ -433,10 +455,11 @@ def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg
     return dx, dw, db, kernels
 
 
-def _launch_backward(dy2, x2, weight, bias, mean, rstd, variant: str, dx, dw, db, cfg=None, bind_to=None) -> None:
+def _launch_backward(dy2, x2, weight, bias, mean, rstd, variant: str, dx, dw, db, cfg=None, bind_to=None,
+                     exchange_words=0) -> None:  # fmt: skip
     """The backward's launches through Triton: its row kernel, then the column kernel that sums dw and db
     where there are any. ``bind_to``: (row key, column key) to bind the compiled kernels to."""
-    launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx, cfg)
+    launch, partial = backward_launch(dy2, x2, weight, bias, mean, rstd, variant, dx, cfg, exchange_words)
     sums = [t for t in (dw, db) if t is not None]
     columns = None
     if sums and partial is not None:
@@ -482,34 +505,50 @@ def _select_variant(variant: str, direction: str, dtype: torch.dtype, n: int, gp
 
 
 def _forward(x, normalized_shape, weight, bias, eps, variant, stats=True):
-    """The forward of ``layer_norm``: y, what the backward reads, and the call's plan (None where it has none)."""
+    """The forward of ``layer_norm``: y, what the backward reads, the call's plan (None where it has none)
+    and the backward's row-slice words it zeroed (``backward_exchange_words``)."""
     signature = _signature(x, normalized_shape, weight, bias, eps, variant, stats)
     if (plan := _PLANS.get(signature)) is not None:
         x2, weight, bias = _rows(x, plan.n), _flat(weight), _flat(bias)
-        y, mean, rstd = _forward_outputs(x2, stats)
+        y, mean, rstd = _forward_outputs(x2, stats, plan.exchange_words)
         plan.forward(_addresses(_forward_args(x2, weight, bias, eps, y, mean, rstd), FORWARD_POINTERS))
-        return _shaped(y, x.shape), (x2, weight, bias, mean, rstd), plan
+        return _shaped(y, x.shape), (x2, weight, bias, mean, rstd), plan, plan.exchange_words
     n = _check_inputs(x, normalized_shape, weight, bias, eps)
     if not isinstance(variant, str):
         raise TypeError(f"layer_norm: variant must be a string, got {type(variant).__name__}")
     x2, weight, bias = _rows(x, n), _flat(weight), _flat(bias)
-    (y, mean, rstd), kernel = _run_forward(x2, weight, bias, eps, select_variant(variant, "fwd", x.dtype, n, gpu_of(x)),
-                                           stats=stats)  # fmt: skip
+    forward = select_variant(variant, "fwd", x.dtype, n, gpu_of(x))
+    words = backward_exchange_words(x2, variant, forward) if stats else 0
+    (y, mean, rstd), kernel = _run_forward(x2, weight, bias, eps, forward, stats=stats, exchange_words=words)
     if signature is not None and kernel is not None:
-        plan = _PLANS[signature] = _Plan(n, kernel)
-    return _shaped(y, x.shape), (x2, weight, bias, mean, rstd), plan
+        plan = _PLANS[signature] = _Plan(n, kernel, words)
+    return _shaped(y, x.shape), (x2, weight, bias, mean, rstd), plan, words
+
+
+def backward_exchange_words(x2, variant: str, forward: str) -> int:
+    """The row-slice words a row (``row_words``) that the backward of ``variant`` on x2's rows will exchange
+    through, where the ``forward`` variant can zero them beside its statistics (the fused one), else 0.
+    So an eager backward in row slices launches nothing to zero them."""
+    if forward != "fused" or x2.shape[0] == 0 or interpreter_mode():  # the interpreter runs rows whole
+        return 0
+    n, gpu = x2.shape[1], gpu_of(x2)
+    backward = select_variant(variant, "bwd", x2.dtype, n, gpu)
+    slices = launch_config(backward, "bwd", x2.dtype, n, gpu).row_slices if backward == "fused" else 1
+    return row_words(slices) if slices > 1 else 0
 
 
 @dataclasses.dataclass
 class _Plan:
     """What the first eager call of a signature (``_signature``) worked out before launching: its
-    arguments passed the checks, N, and the forward's bound kernel; then, per layout of dy, the
+    arguments passed the checks, N, the forward's bound kernel and the backward's row-slice words it
+    zeroes; then, per layout of dy, the
     backward's variant and bound kernels. Later calls of that signature go straight to their
     allocations and launches: on an eager call, the checks and launch keys cost about as much host
     time as the launch itself."""
 
     n: int
     forward: Bound
+    exchange_words: int  # backward_exchange_words
     backwards: dict[tuple, tuple[str, tuple]] = dataclasses.field(default_factory=dict)
 
 
@@ -537,7 +576,7 @@ def _signature(x, normalized_shape, weight, bias, eps, variant, stats: bool) -> 
 class LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, normalized_shape, weight, bias, eps, variant):
-        y, saved, ctx.plan = _forward(x, normalized_shape, weight, bias, eps, variant)
+        y, saved, ctx.plan, ctx.exchange_words = _forward(x, normalized_shape, weight, bias, eps, variant)
         ctx.save_for_backward(*saved)
         ctx.variant = variant  # as asked: "auto" resolves for the backward on its own
         ctx.x_shape = x.shape
@@ -563,7 +602,8 @@ def _backward(ctx, dy):
         variant, kernels = known
     else:
         variant, kernels = select_variant(ctx.variant, "bwd", x2.dtype, x2.shape[1], gpu_of(x2)), None
-    dx, dw, db, kernels = _run_backward(dy2, x2, weight, bias, mean, rstd, variant, kernels=kernels)
+    dx, dw, db, kernels = _run_backward(dy2, x2, weight, bias, mean, rstd, variant, kernels=kernels,
+                                        exchange_words=ctx.exchange_words)  # fmt: skip
     if known is None and plan is not None and kernels is not None:
         plan.backwards[layout] = variant, kernels
     return _shaped(dx, ctx.x_shape), None, dw, db, None, None

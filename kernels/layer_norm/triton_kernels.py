@@ -45,7 +45,12 @@ A row wider than the fused backward's registers hold (8192 lanes) is split over
 publishes its two row sums, waits for the others' and adds them all in slice
 order, so x and dy are still read once. The programs of a row wait for each
 other, so the launch is cooperative (all resident, or an error); Triton's
-interpreter, which runs programs one after another, gets the row whole.
+interpreter, which runs programs one after another, gets the row whole. The
+words they exchange through are zero when the launch starts and when it ends:
+the forward that stored the statistics zeroes them beside Rstd
+(``EXCHANGE_WORDS``), so an eager backward launches nothing to zero them, and the
+last slice of each group to finish zeroes its group's again, for a repeated
+backward or a replayed CUDA graph.
 
 The fused forward takes two options, chosen per configuration by the tuner since each
 trades registers (programs per SM) for latency: ``PRELOAD_AFFINE`` loads w and b with x
@@ -201,9 +206,9 @@ def _prefetch_rows_into_l2(X, rows, row_ok, stride, N):
 @triton.jit
 def _publish_slice_sums(Exchange, row, a, b, slice, SLICES: tl.constexpr):
     # A row split over SLICES (2 to 4) programs, one slice of columns each, exchanges the slices' sums a and
-    # b: Exchange is [M, 2 or 4] 64-bit words, zeroed by the launcher. A slice publishes both sums in one
-    # word, their bits inverted, which no float makes zero once NaN is canonical: a word is complete when it
-    # is non-zero, and no fence is needed.
+    # b through its words (_exchange_words), zero until published. A slice publishes both sums in one word,
+    # their bits inverted, which no float makes zero once NaN is canonical: a word is complete when it is
+    # non-zero, and no fence is needed.
     words = _exchange_words(Exchange, row, SLICES)
     _publish(words + slice, a, b)
     if SLICES == 3:  # the fourth word adds nothing
@@ -223,7 +228,21 @@ def _row_sums_of_slices(Exchange, row, SLICES: tl.constexpr):
 
 @triton.jit
 def _exchange_words(Exchange, row, SLICES: tl.constexpr):
-    return Exchange.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * (2 if SLICES == 2 else 4)
+    # A row's 64-bit words: one per slice (2, or 4 for 3 slices and 4), then the arrival count of the
+    # group whose first row it is (_restore_exchange), padded to 4 or 8 words.
+    return Exchange.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * (4 if SLICES == 2 else 8)
+
+
+@triton.jit
+def _restore_exchange(Exchange, group, groups, M, SLICES: tl.constexpr):
+    # The last slice of a group to finish zeroes the words of the group's rows and its arrival count, once
+    # every slice has read its last sums: the words are zero again for the next launch on them.
+    tl.debug_barrier()  # every thread of this program is past its last wait
+    count = _exchange_words(Exchange, group, SLICES) + (2 if SLICES == 2 else 4)
+    if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == SLICES - 1:
+        words = tl.arange(0, 4 if SLICES == 2 else 8)
+        for row in range(group, M, groups):
+            tl.store(_exchange_words(Exchange, row, SLICES) + words, tl.zeros_like(words).to(tl.int64))
 
 
 @triton.jit
@@ -283,6 +302,7 @@ def fused_fwd_kernel(
     PRELOAD_AFFINE: tl.constexpr,  # load w and b with x rather than after the statistics
     SINGLE_REDUCTION: tl.constexpr,  # 16-bit inputs only: sum and sum of squares in one reduction
     PREFETCH: tl.constexpr,  # sm_90+, 16-byte aligned rows: pull later rows into L2 first
+    EXCHANGE_WORDS: tl.constexpr,  # > 0: zero the backward's row-slice words, [M, EXCHANGE_WORDS] after Rstd
 ):
     _await_previous_kernel(PDL)
     N, stride_x, stride_y = _aligned(N, VEC), _aligned(stride_x, VEC), _aligned(stride_y, VEC)
@@ -332,6 +352,16 @@ def fused_fwd_kernel(
     if STORE_STATS:
         tl.store(Mean + rows, shift + mean_s, mask=row_ok)
         tl.store(Rstd + rows, rstd, mask=row_ok)
+        if EXCHANGE_WORDS > 0:
+            words = _words_after_rstd(Rstd, M).to(tl.pointer_type(tl.int64))
+            offsets = rows.to(tl.int64)[:, None] * EXCHANGE_WORDS + tl.arange(0, EXCHANGE_WORDS)[None, :]
+            tl.store(words + offsets, tl.zeros([BLOCK_M, EXCHANGE_WORDS], dtype=tl.int64), mask=row_ok[:, None])
+
+
+@triton.jit
+def _words_after_rstd(Rstd, M):
+    # Where the row slices' words follow the statistics: Rstd's M floats, rounded up to 16 bytes.
+    return Rstd + (M + 3) // 4 * 4
 
 
 @triton.jit
@@ -482,7 +512,7 @@ def fused_bwd_kernel(
     Mean,  # fp32 [M], from the forward
     Rstd,  # fp32 [M], from the forward
     Partial,  # fp32 [HAS_WEIGHT + HAS_BIAS, groups, N]: per group, sums of dy * xhat and of dy; then, with
-    # SLICES > 1, the slices' exchange (_publish_slice_sums)
+    # SLICES > 1 and not EXCHANGE_AFTER_RSTD, the slices' words (_exchange_words)
     stride_x,
     stride_dy,
     stride_dx,
@@ -500,6 +530,7 @@ def fused_bwd_kernel(
     PREFETCH: tl.constexpr,  # sm_90+, 16-byte aligned rows: pull later rows into L2 first
     SLICES: tl.constexpr,  # > 1 (TAIL_N = 0): each row's columns split over SLICES programs of BLOCK_N
     FINISH_LATE: tl.constexpr,  # SLICES > 1: a step finishes the previous row (_backward_in_slices)
+    EXCHANGE_AFTER_RSTD: tl.constexpr,  # SLICES > 1: the words follow Rstd, zeroed by the forward
 ):
     N, stride_x = _aligned(N, VEC), _aligned(stride_x, VEC)
     stride_dy, stride_dx = _aligned(stride_dy, VEC), _aligned(stride_dx, VEC)
@@ -509,7 +540,10 @@ def fused_bwd_kernel(
     group, groups, first = pid, tl.num_programs(0), 0
     if SLICES > 1:
         group, groups, first = pid // SLICES, tl.num_programs(0) // SLICES, pid % SLICES * BLOCK_N
-        exchange = Partial + ((HAS_WEIGHT + HAS_BIAS) * groups.to(tl.int64) * N + 3) // 4 * 4  # 16-byte aligned
+        if EXCHANGE_AFTER_RSTD:
+            exchange = _words_after_rstd(Rstd, M)
+        else:
+            exchange = Partial + ((HAS_WEIGHT + HAS_BIAS) * groups.to(tl.int64) * N + 3) // 4 * 4  # 16-byte aligned
     blocks = tl.cdiv(M, BLOCK_M)
     cols = first + tl.arange(0, BLOCK_N)
     col_ok = cols < N
@@ -526,6 +560,7 @@ def fused_bwd_kernel(
         dw, db = _backward_in_slices(X, DY, DX, Mean, Rstd, exchange, stride_x, stride_dy, stride_dx, M, N, cols,
                                      col_ok, w, group, groups, pid % SLICES, first, prefetch_rows, SLICES, NUM_STAGES,
                                      SINGLE_REDUCTION, FINISH_LATE, PREFETCH, BLOCK_N)  # fmt: skip
+        _restore_exchange(exchange, group, groups, M, SLICES)
     else:
         for block in tl.range(group, blocks, groups, num_stages=NUM_STAGES):
             rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
