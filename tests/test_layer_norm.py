@@ -574,7 +574,7 @@ def test_fused_backward_in_row_slices(m, dtype, n, slices, cuda_device):
     _assert_matches_reference(case, dict(zip(("dx", "dw", "db"), zip(grads, refs, strict=True), strict=True)))
 
 
-@pytest.mark.parametrize("words", [4, 8])
+@pytest.mark.parametrize("words", [2, 4])
 def test_fused_forward_zeroes_the_row_slice_words_after_rstd(words, kernel_device):
     """The training forward zeroes the backward's row-slice words, ``words`` 64-bit words a row after rstd's
     M floats rounded up to 16 bytes (poisoned with NaN before), and writes y, mean and rstd as without them."""
@@ -592,7 +592,7 @@ def test_fused_forward_zeroes_the_row_slice_words_after_rstd(words, kernel_devic
 @pytest.mark.parametrize(("n", "slices"), [(16384, 2), (20000, 3), (32768, 4)])
 @pytest.mark.parametrize("m", [37, 1001])
 def test_eager_backward_in_row_slices_leaves_its_words_zeroed(m, n, slices, cuda_device):
-    """An eager backward in row slices exchanges through words its forward zeroed, and its programs zero
+    """An eager backward in row slices exchanges through words its forward zeroed, and its column sum zeroes
     them again: a second backward of the same forward (retain_graph), with another dy, matches the float64
     reference too. 37 rows: one a group; 1001: several."""
     case = LayerNormCase(m, n, "bfloat16", offset=1e3)

@@ -157,8 +157,9 @@ def test_calls_share_a_signature_only_where_their_launches_agree(tmp_path):
 
 def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(recorded_binds, monkeypatch):
     """Where the backward splits rows into slices (16384 columns: two), the eager forward zeroes the slices'
-    words after rstd, four a row, and the backward reads them there: its partial sums are all it allocates,
-    with nothing to zero. The functional backward, given statistics without words, allocates them zeroed."""
+    words after rstd, two a row, the backward reads them there and its column sum zeroes them again: its
+    partial sums are all it allocates, with nothing to zero. The functional backward, given statistics
+    without words, allocates them zeroed."""
     monkeypatch.setattr(ops, "_PLANS", {})
     monkeypatch.setattr(ops, "interpreter_mode", lambda: False)  # on a GPU, rows are split
     monkeypatch.setattr(ops, "_check_inputs", lambda *args: args[0].shape[-1])
@@ -171,18 +172,19 @@ def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(rec
     for _ in range(2):  # the first call binds its kernels, the second launches them from its plan
         x = torch.randn(m, n, requires_grad=True)
         y = ops.layer_norm(x, n, w, b, variant="fused")
-        assert y.grad_fn.saved_tensors[-1].numel() == 8 + 2 * 4 * m  # rstd, rounded up to 16 bytes, then the words
+        assert y.grad_fn.saved_tensors[-1].numel() == 8 + 2 * 2 * m  # rstd, rounded up to 16 bytes, then the words
         torch.autograd.grad(y, (x, w, b), torch.randn_like(y))
-    forward, rows, _ = recorded_binds.values()
-    assert forward.runs and rows.runs
+    forward, rows, columns = recorded_binds.values()
     (plan,) = ops._PLANS.values()
-    assert plan.exchange_words == ops.row_words(2) == 4
-    forward_bound, rows_bound = (launch._BOUND[key] for key in list(recorded_binds)[:2])
-    assert forward_bound.constexprs["EXCHANGE_WORDS"] == 4
+    assert plan.exchange_words == ops.row_words(2) == 2
+    forward_bound, rows_bound, columns_bound = (launch._BOUND[key] for key in recorded_binds)
+    assert forward_bound.constexprs["EXCHANGE_WORDS"] == 2 and columns_bound.constexprs["EXCHANGE_WORDS"] == 2
     assert rows_bound.constexprs["SLICES"] == 2 and rows_bound.constexprs["EXCHANGE_AFTER_RSTD"]
+    (args,) = columns.runs  # the call from its plan hands the column sum the statistics it zeroes the words of
+    assert args[12] == forward.runs[0][14]  # rstd's address, after grid, stream, function and metadata
     groups = rows_bound.grid[0] // 2
     assert [t.numel() for t in partial_sums] == [2 * groups * n] * 2 and zeroed == []
     x = torch.randn(m, n)
     mean, rstd = torch.randn(m), torch.rand(m)
     ops.layer_norm_bwd(torch.randn(m, n), x, w.detach(), b.detach(), mean, rstd, "fused")
-    assert partial_sums[-1].numel() == 2 * groups * n + 2 * 4 * m and zeroed == [2 * 4 * m]
+    assert partial_sums[-1].numel() == 2 * groups * n + 2 * 2 * m and zeroed == [2 * 2 * m]

@@ -233,9 +233,8 @@ def _partial_sums(programs: int, constexprs: dict, x2) -> torch.Tensor | None:
 
 
 def row_words(slices: int) -> int:
-    """64-bit words a row of the fused backward's row slices exchange through: one a slice (four for three
-    slices), then one for the arrival count of the group that row starts, padded to a power of two."""
-    return 4 if slices == 2 else 8
+    """64-bit words a row of the fused backward's row slices exchange through: one a slice, four for three."""
+    return next_power_of_2(slices)
 
 
 def _backward_args(dy2, x2, weight, mean, rstd, dx, partial) -> tuple:
@@ -278,7 +277,8 @@ def backward_launch(
     # 16-bit slices finish each row a step late, loading it again, for twice the pipeline's shared memory
     # (H100: 1.09-1.19x faster at 12288-32768); fp32's would leave room for one stage (0.92x at 32768).
     finish_late = slices > 1 and x2.element_size() == 2
-    after_rstd = slices > 1 and exchange_words == row_words(slices)
+    # Only where a column sum follows, which zeroes them again (weight or bias).
+    after_rstd = slices > 1 and exchange_words == row_words(slices) and (weight is not None or bias is not None)
     by_variant = dict(TAIL_N=fused_tail_n(n, cfg.block_n) if slices == 1 else 0,
                       SINGLE_REDUCTION=cfg.single_reduction, PREFETCH=prefetch, SLICES=slices, FINISH_LATE=finish_late,
                       EXCHANGE_AFTER_RSTD=after_rstd,
@@ -298,9 +298,12 @@ def backward_launch(
     return launch, partial
 
 
-def column_sum_launch(partial: torch.Tensor, g: int, outs: list[torch.Tensor]) -> Launch:
+def column_sum_launch(
+    partial: torch.Tensor, g: int, outs: list[torch.Tensor], rstd=None, m: int = 0, exchange_words: int = 0
+) -> Launch:
     """Sum each [G, N] slab at the start of ``partial`` over G into the matching tensor of ``outs`` (one
-    launch for all)."""
+    launch for all). ``exchange_words`` > 0: then zero the row kernel's row-slice words after the ``m``
+    rows' ``rstd`` (``backward_launch``), so that a later backward on the same statistics finds them zero."""
     slabs, n = len(outs), outs[0].numel()
     # Narrow column tiles until every SM has two programs: each walks all G rows serially,
     # so too few of them leave the partials' latency exposed (32 instead of 256 columns:
@@ -314,8 +317,10 @@ def column_sum_launch(partial: torch.Tensor, g: int, outs: list[torch.Tensor]) -
     return Launch(
         kernel=tk.column_sum_kernel,
         grid=(cdiv(n, block_n), slabs),
-        args=(partial, outs[0], outs[-1], g, n),
-        constexprs=dict(BLOCK_G=min(next_power_of_2(g), 256), BLOCK_N=block_n, PDL=pdl_of(partial)),
+        args=(partial, outs[0], outs[-1], rstd if rstd is not None else partial, g, n, m),
+        constexprs=dict(
+            BLOCK_G=min(next_power_of_2(g), 256), BLOCK_N=block_n, PDL=pdl_of(partial), EXCHANGE_WORDS=exchange_words
+        ),
         num_warps=8,
     )
 
@@ -449,7 +454,7 @@ def _run_backward(dy2, x2, weight, bias, mean, rstd, variant: str, out=None, cfg
     partial = _partial_sums(row.grid[0], row.constexprs, x2)
     row(_addresses(_backward_args(dy2, x2, weight, mean, rstd, dx, partial), BACKWARD_POINTERS))
     if columns is not None and partial is not None:
-        columns((partial.data_ptr(), sums[0].data_ptr(), sums[-1].data_ptr()))
+        columns((partial.data_ptr(), sums[0].data_ptr(), sums[-1].data_ptr(), rstd.data_ptr()))
     elif columns is not None:
         columns(_addresses(_column_grads_args(dy2, x2, mean, rstd, dw, db)[:6], 6))
     return dx, dw, db, kernels
@@ -463,7 +468,9 @@ def _launch_backward(dy2, x2, weight, bias, mean, rstd, variant: str, dx, dw, db
     sums = [t for t in (dw, db) if t is not None]
     columns = None
     if sums and partial is not None:
-        columns, leading = column_sum_launch(partial, _groups(launch.grid[0], launch.constexprs), sums), 3
+        words = exchange_words if launch.constexprs.get("EXCHANGE_AFTER_RSTD") else 0  # to zero again
+        groups = _groups(launch.grid[0], launch.constexprs)
+        columns, leading = column_sum_launch(partial, groups, sums, rstd, x2.shape[0], words), 4
     elif sums:
         columns, leading = column_grads_launch(dy2, x2, mean, rstd, dw, db), 6
     if bind_to is None:
@@ -518,18 +525,19 @@ def _forward(x, normalized_shape, weight, bias, eps, variant, stats=True):
         raise TypeError(f"layer_norm: variant must be a string, got {type(variant).__name__}")
     x2, weight, bias = _rows(x, n), _flat(weight), _flat(bias)
     forward = select_variant(variant, "fwd", x.dtype, n, gpu_of(x))
-    words = backward_exchange_words(x2, variant, forward) if stats else 0
+    words = backward_exchange_words(x2, weight, bias, variant, forward) if stats else 0
     (y, mean, rstd), kernel = _run_forward(x2, weight, bias, eps, forward, stats=stats, exchange_words=words)
     if signature is not None and kernel is not None:
         plan = _PLANS[signature] = _Plan(n, kernel, words)
     return _shaped(y, x.shape), (x2, weight, bias, mean, rstd), plan, words
 
 
-def backward_exchange_words(x2, variant: str, forward: str) -> int:
+def backward_exchange_words(x2, weight, bias, variant: str, forward: str) -> int:
     """The row-slice words a row (``row_words``) that the backward of ``variant`` on x2's rows will exchange
-    through, where the ``forward`` variant can zero them beside its statistics (the fused one), else 0.
-    So an eager backward in row slices launches nothing to zero them."""
-    if forward != "fused" or x2.shape[0] == 0 or interpreter_mode():  # the interpreter runs rows whole
+    through, where the ``forward`` variant can zero them beside its statistics (the fused one) and the
+    backward's column sum zeroes them again (there is a weight or a bias), else 0. So an eager backward
+    in row slices launches nothing to zero them."""
+    if forward != "fused" or x2.shape[0] == 0 or (weight is None and bias is None) or interpreter_mode():
         return 0
     n, gpu = x2.shape[1], gpu_of(x2)
     backward = select_variant(variant, "bwd", x2.dtype, n, gpu)

@@ -46,11 +46,11 @@ publishes its two row sums, waits for the others' and adds them all in slice
 order, so x and dy are still read once. The programs of a row wait for each
 other, so the launch is cooperative (all resident, or an error); Triton's
 interpreter, which runs programs one after another, gets the row whole. The
-words they exchange through are zero when the launch starts and when it ends:
-the forward that stored the statistics zeroes them beside Rstd
-(``EXCHANGE_WORDS``), so an eager backward launches nothing to zero them, and the
-last slice of each group to finish zeroes its group's again, for a repeated
-backward or a replayed CUDA graph.
+words they exchange through must be zero when the launch starts: the forward
+that stored the statistics zeroes them beside Rstd (``EXCHANGE_WORDS``), so an
+eager backward launches nothing to zero them, and ``column_sum_kernel``, which
+runs after the row kernel, zeroes them again for a repeated backward or a
+replayed CUDA graph.
 
 The fused forward takes two options, chosen per configuration by the tuner since each
 trades registers (programs per SM) for latency: ``PRELOAD_AFFINE`` loads w and b with x
@@ -228,21 +228,8 @@ def _row_sums_of_slices(Exchange, row, SLICES: tl.constexpr):
 
 @triton.jit
 def _exchange_words(Exchange, row, SLICES: tl.constexpr):
-    # A row's 64-bit words: one per slice (2, or 4 for 3 slices and 4), then the arrival count of the
-    # group whose first row it is (_restore_exchange), padded to 4 or 8 words.
-    return Exchange.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * (4 if SLICES == 2 else 8)
-
-
-@triton.jit
-def _restore_exchange(Exchange, group, groups, M, SLICES: tl.constexpr):
-    # The last slice of a group to finish zeroes the words of the group's rows and its arrival count, once
-    # every slice has read its last sums: the words are zero again for the next launch on them.
-    tl.debug_barrier()  # every thread of this program is past its last wait
-    count = _exchange_words(Exchange, group, SLICES) + (2 if SLICES == 2 else 4)
-    if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == SLICES - 1:
-        words = tl.arange(0, 4 if SLICES == 2 else 8)
-        for row in range(group, M, groups):
-            tl.store(_exchange_words(Exchange, row, SLICES) + words, tl.zeros_like(words).to(tl.int64))
+    # A row's 64-bit words: one per slice, 2, or 4 for 3 slices and 4.
+    return Exchange.to(tl.pointer_type(tl.int64)) + row.to(tl.int64) * (2 if SLICES == 2 else 4)
 
 
 @triton.jit
@@ -560,7 +547,6 @@ def fused_bwd_kernel(
         dw, db = _backward_in_slices(X, DY, DX, Mean, Rstd, exchange, stride_x, stride_dy, stride_dx, M, N, cols,
                                      col_ok, w, group, groups, pid % SLICES, first, prefetch_rows, SLICES, NUM_STAGES,
                                      SINGLE_REDUCTION, FINISH_LATE, PREFETCH, BLOCK_N)  # fmt: skip
-        _restore_exchange(exchange, group, groups, M, SLICES)
     else:
         for block in tl.range(group, blocks, groups, num_stages=NUM_STAGES):
             rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -731,13 +717,23 @@ def column_sum_kernel(
     Partial,  # fp32 [slabs, G, N]; slab s is summed over G into Out<s> (grid axis 1: the slab)
     Out0,  # [N], written in its own dtype
     Out1,  # [N], written in its own dtype (unused with one slab)
+    Rstd,  # with EXCHANGE_WORDS: the statistics the row kernel read, its row slices' words after them
     G,
     N,
+    M,
     BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PDL: tl.constexpr,  # launched with launch_pdl (sm_90+): see _await_previous_kernel
+    EXCHANGE_WORDS: tl.constexpr,  # > 0: zero the row kernel's words, that many a row, for the next launch
 ):
     _await_previous_kernel(PDL)
+    if EXCHANGE_WORDS > 0:  # the row kernel has finished with them
+        words = _words_after_rstd(Rstd, M).to(tl.pointer_type(tl.int64))
+        program = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+        programs = tl.num_programs(0) * tl.num_programs(1)
+        for start in range(program * 256, M * EXCHANGE_WORDS, programs * 256):
+            offsets = start + tl.arange(0, 256)
+            tl.store(words + offsets, tl.zeros([256], dtype=tl.int64), mask=offsets < M * EXCHANGE_WORDS)
     slab = tl.program_id(1)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < N
