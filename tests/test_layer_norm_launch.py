@@ -155,11 +155,13 @@ def test_calls_share_a_signature_only_where_their_launches_agree(tmp_path):
         assert ops._signature(*args, True) is None, name
 
 
-def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(recorded_binds, monkeypatch):
-    """Where the backward splits rows into slices (16384 columns: two), the eager forward zeroes the slices'
-    words after rstd, two a row, the backward reads them there and its column sum zeroes them again: its
-    partial sums are all it allocates, with nothing to zero. The functional backward, given statistics
-    without words, allocates them zeroed."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(dtype, recorded_binds, monkeypatch):
+    """Where the backward splits 16-bit rows into slices that finish a row a step late (16384 columns: two),
+    the eager forward zeroes the slices' words after rstd, two a row, the backward reads them there and its
+    column sum zeroes them again: its partial sums are all it allocates, with nothing to zero. fp32 slices,
+    which wait right after publishing, and the functional backward, given statistics without words, get
+    them zeroed with the partial sums."""
     monkeypatch.setattr(ops, "_PLANS", {})
     monkeypatch.setattr(ops, "interpreter_mode", lambda: False)  # on a GPU, rows are split
     monkeypatch.setattr(ops, "_check_inputs", lambda *args: args[0].shape[-1])
@@ -168,13 +170,19 @@ def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(rec
     allocate = ops._partial_sums
     monkeypatch.setattr(ops, "_partial_sums", lambda *args: partial_sums.append(allocate(*args)) or partial_sums[-1])
     m, n = 6, 16384
-    w, b = (torch.randn(n).requires_grad_() for _ in range(2))
+    w, b = (torch.randn(n, dtype=dtype).requires_grad_() for _ in range(2))
     for _ in range(2):  # the first call binds its kernels, the second launches them from its plan
-        x = torch.randn(m, n, requires_grad=True)
+        x = torch.randn(m, n, dtype=dtype, requires_grad=True)
         y = ops.layer_norm(x, n, w, b, variant="fused")
-        assert y.grad_fn.saved_tensors[-1].numel() == 8 + 2 * 2 * m  # rstd, rounded up to 16 bytes, then the words
+        past_rstd = y.grad_fn.saved_tensors[-1].numel() - m  # the saved rstd's floats past its m rows
         torch.autograd.grad(y, (x, w, b), torch.randn_like(y))
-    forward, rows, columns = recorded_binds.values()
+    forward, _, columns = recorded_binds.values()
+    groups = launch._BOUND[list(recorded_binds)[1]].grid[0] // 2
+    if dtype == torch.float32:
+        assert past_rstd == 0 and [t.numel() for t in partial_sums] == [2 * groups * n + 2 * 2 * m] * 2
+        assert zeroed == [2 * 2 * m] * 2
+        return
+    assert past_rstd == 2 + 2 * 2 * m  # rounded up to 16 bytes, then two 64-bit words a row
     (plan,) = ops._PLANS.values()
     assert plan.exchange_words == ops.row_words(2) == 2
     forward_bound, rows_bound, columns_bound = (launch._BOUND[key] for key in recorded_binds)
@@ -182,9 +190,8 @@ def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(rec
     assert rows_bound.constexprs["SLICES"] == 2 and rows_bound.constexprs["EXCHANGE_AFTER_RSTD"]
     (args,) = columns.runs  # the call from its plan hands the column sum the statistics it zeroes the words of
     assert args[12] == forward.runs[0][14]  # rstd's address, after grid, stream, function and metadata
-    groups = rows_bound.grid[0] // 2
     assert [t.numel() for t in partial_sums] == [2 * groups * n] * 2 and zeroed == []
-    x = torch.randn(m, n)
+    x = torch.randn(m, n, dtype=dtype)
     mean, rstd = torch.randn(m), torch.rand(m)
-    ops.layer_norm_bwd(torch.randn(m, n), x, w.detach(), b.detach(), mean, rstd, "fused")
+    ops.layer_norm_bwd(torch.randn(m, n, dtype=dtype), x, w.detach(), b.detach(), mean, rstd, "fused")
     assert partial_sums[-1].numel() == 2 * groups * n + 2 * 2 * m and zeroed == [2 * 2 * m]
