@@ -4,6 +4,7 @@ under HEAD, a partial run that keeps the rest, failures that fail the job, cases
 import json
 import math
 import subprocess
+import time
 
 import pytest
 import torch
@@ -93,6 +94,27 @@ def test_each_gpu_warms_and_measures_its_share_once(checkout, monkeypatch):
     for case in ("a", "b"):
         assert len({records[f"bench_fake.Devices.track_visible('{case}', '{v}')"]["value"] for v in ("v1", "v2")}) == 1
     assert len(records["bench_fake.Fast.time_sum('a')"]["samples"]) == 2
+
+
+def test_no_gpu_measures_before_every_warm_up_has_ended(checkout, monkeypatch):
+    """A warm-up compiles in several processes: a GPU that measured beside it would read host costs on a busy CPU."""
+    events = []
+
+    def warm_up(share, side, jobs):
+        time.sleep(0.5 if side.env["CUDA_VISIBLE_DEVICES"] == "3" else 0.0)  # GPU 3's warm-up ends last
+        events.append("warmed")
+
+    def measure(*args, **kwargs):
+        events.append("measuring")
+        return measure_share(*args, **kwargs)
+
+    measure_share = bench.measure
+    monkeypatch.setattr(main_job, "warm_up", warm_up)
+    monkeypatch.setattr(bench, "measure", measure)
+    commit = "c" * 40
+    suite = bench.discover([main_job.head_side(commit, None)])["head"]
+    main_job.measure(commit, bench.selected(bench.suite_cases(suite), ["Devices|Fast"]), ["3", "5"], samples=1)
+    assert events == ["warmed", "warmed", "measuring", "measuring"]
 
 
 def test_the_gpus_must_be_one_kind_and_present(monkeypatch):

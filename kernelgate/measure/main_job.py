@@ -90,19 +90,21 @@ def warm_up(cases: list[bench.Case], side: bench.Side, jobs: int) -> None:
 
 def measure(commit: str, cases: list[bench.Case], gpus: list[str] | None, samples: int) -> dict[str, dict]:
     """{case id: record}. Each GPU takes a share of the cases (a case's variants, which its metrics
-    measure together, stay on one), warms its JIT caches, then measures them in its own process."""
+    measure together, stay on one) and warms its JIT caches; once every GPU's warm-up has ended, each
+    measures its share in its own process. A GPU that measured while another's warm-up still compiled
+    would read host costs on a busy CPU."""
     if not gpus:
         return bench.measure([head_side(commit, None)], {"head": cases}, rounds=1, samples=samples)["head"]
     jobs = default_jobs(12, shares=len(gpus))  # warm.py's own default, on each GPU's part of the cores
+    shares = [(head_side(commit, gpu), share) for gpu, share in zip(gpus, bench.shard(cases, len(gpus)), strict=True)]
+    shares = [(side, share) for side, share in shares if share]
 
-    def share_of(gpu: str, share: list[bench.Case]) -> dict[str, dict]:
-        side = head_side(commit, gpu)
-        warm_up(share, side, jobs)
+    def measure_share(side: bench.Side, share: list[bench.Case]) -> dict[str, dict]:
         return bench.measure([side], {"head": share}, rounds=1, samples=samples)["head"]
 
-    shares = bench.shard(cases, len(gpus))
-    with concurrent.futures.ThreadPoolExecutor(len(gpus)) as pool:
-        futures = [pool.submit(share_of, gpu, share) for gpu, share in zip(gpus, shares, strict=True) if share]
+    with concurrent.futures.ThreadPoolExecutor(len(shares)) as pool:
+        list(pool.map(lambda side_share: warm_up(side_share[1], side_share[0], jobs), shares))
+        futures = [pool.submit(measure_share, side, share) for side, share in shares]
         return {case_id: record for f in futures for case_id, record in f.result().items()}
 
 
