@@ -157,11 +157,10 @@ def test_calls_share_a_signature_only_where_their_launches_agree(tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(dtype, recorded_binds, monkeypatch):
-    """Where the backward splits 16-bit rows into slices that finish a row a step late (16384 columns: two),
-    the eager forward zeroes the slices' words after rstd, two a row, the backward reads them there and its
-    column sum zeroes them again: its partial sums are all it allocates, with nothing to zero. fp32 slices,
-    which wait right after publishing, and the functional backward, given statistics without words, get
-    them zeroed with the partial sums."""
+    """Where the backward splits rows into slices (16384 columns: two), the eager forward zeroes the slices'
+    words after rstd, two a row, the backward reads them there and its column sum zeroes them again: its
+    partial sums are all it allocates, with nothing to zero. The functional backward, given statistics
+    without words, gets them zeroed with the partial sums."""
     monkeypatch.setattr(ops, "_PLANS", {})
     monkeypatch.setattr(ops, "interpreter_mode", lambda: False)  # on a GPU, rows are split
     monkeypatch.setattr(ops, "_check_inputs", lambda *args: args[0].shape[-1])
@@ -178,10 +177,6 @@ def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(dty
         torch.autograd.grad(y, (x, w, b), torch.randn_like(y))
     forward, _, columns = recorded_binds.values()
     groups = launch._BOUND[list(recorded_binds)[1]].grid[0] // 2
-    if dtype == torch.float32:
-        assert past_rstd == 0 and [t.numel() for t in partial_sums] == [2 * groups * n + 2 * 2 * m] * 2
-        assert zeroed == [2 * 2 * m] * 2
-        return
     assert past_rstd == 2 + 2 * 2 * m  # rounded up to 16 bytes, then two 64-bit words a row
     (plan,) = ops._PLANS.values()
     assert plan.exchange_words == ops.row_words(2) == 2

@@ -276,7 +276,7 @@ def backward_launch(
         prefetch_rows = cfg.prefetch_per_sm * groups if prefetch else 0
     finish_late = _finishes_late(slices, x2)
     # Only where a column sum follows, which zeroes them again (weight or bias).
-    after_rstd = finish_late and exchange_words == row_words(slices) and (weight is not None or bias is not None)
+    after_rstd = slices > 1 and exchange_words == row_words(slices) and (weight is not None or bias is not None)
     by_variant = dict(TAIL_N=fused_tail_n(n, cfg.block_n) if slices == 1 else 0,
                       SINGLE_REDUCTION=cfg.single_reduction, PREFETCH=prefetch, SLICES=slices, FINISH_LATE=finish_late,
                       EXCHANGE_AFTER_RSTD=after_rstd,
@@ -540,18 +540,13 @@ def backward_exchange_words(x2, weight, bias, variant: str, forward: str) -> int
     """The row-slice words a row (``row_words``) that the backward of ``variant`` on x2's rows will exchange
     through, where the ``forward`` variant can zero them beside its statistics (the fused one) and the
     backward's column sum zeroes them again (there is a weight or a bias), else 0. So an eager backward
-    in row slices launches nothing to zero them.
-
-    Only where the slices finish each row a step late: the words the forward zeroed have left L2 by the
-    backward, and a slice that waits right after publishing reads a row's words before they are all
-    written, each row's first read then a DRAM round trip (fp32 8192x32768 forward+backward 1.025x
-    slower on an H100, where words zeroed just before the backward are in L2)."""
+    in row slices launches nothing to zero them."""
     if forward != "fused" or x2.shape[0] == 0 or (weight is None and bias is None) or interpreter_mode():
         return 0
     n, gpu = x2.shape[1], gpu_of(x2)
     backward = select_variant(variant, "bwd", x2.dtype, n, gpu)
     slices = launch_config(backward, "bwd", x2.dtype, n, gpu).row_slices if backward == "fused" else 1
-    return row_words(slices) if _finishes_late(slices, x2) else 0
+    return row_words(slices) if slices > 1 else 0
 
 
 @dataclasses.dataclass

@@ -452,6 +452,10 @@ def _backward_in_slices(X, DY, DX, Mean, Rstd, Exchange, stride_x, stride_dy, st
             width = tl.minimum(N - first, BLOCK_N)
             _prefetch_rows_into_l2(X + first, ahead, ahead < M, stride_x, width)
             _prefetch_rows_into_l2(DY + first, ahead, ahead < M, stride_dy, width)
+        if not FINISH_LATE:  # a step polls its row's words right after publishing: the next row's into L2 now
+            words, ahead = 2 if SLICES == 2 else 4, row + groups + tl.zeros([1], dtype=tl.int32)
+            issue = (ahead < M) & (slice == 0)
+            _prefetch_rows_into_l2(Exchange.to(tl.pointer_type(tl.int64)), ahead, issue, words, words)
         x, dy, mean, rstd = _slice_of_row(X, DY, Mean, Rstd, row, stride_x, stride_dy, cols, col_ok)
         _publish_slice_sums(Exchange, row, *_slice_sums(x, dy, w, mean, SINGLE_REDUCTION), slice, SLICES)
         finished = row
