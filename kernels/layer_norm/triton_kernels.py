@@ -47,7 +47,7 @@ order, so x and dy are still read once. The programs of a row wait for each
 other, so the launch is cooperative (all resident, or an error); Triton's
 interpreter, which runs programs one after another, gets the row whole. The
 words they exchange through must be zero when the launch starts: zeroed with the
-partial sums by the launcher, or, for 16-bit eager calls, by the forward that
+partial sums by the launcher, or, for eager calls, by the forward that
 stored the statistics, beside Rstd (``EXCHANGE_WORDS``, ``EXCHANGE_AFTER_RSTD``),
 so that the backward launches nothing to zero them; then ``column_sum_kernel``,
 which runs after the row kernel, zeroes them again for a repeated backward or a
