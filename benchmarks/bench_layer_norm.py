@@ -31,7 +31,7 @@ from kernelgate.measure.metrics import case_key, case_metrics, layer_norm_measur
 from kernelgate.measure.workloads import sized_for_device, timed_layer_norm
 
 # asv's version of the host-cost benchmarks: results measured another way drop out of their history.
-HOST_ESTIMATOR = "least of 50 loops of 10 calls, garbage collector off"
+HOST_ESTIMATOR = "least of 50 loops of 10 calls, each after 10 untimed calls of its own, garbage collector off"
 
 
 def measure_selected(params: list[list]) -> dict:

@@ -44,12 +44,13 @@ def test_percent_of_a_reference_rate_pairs_each_round_with_its_own_reference():
 
 def test_host_costs_are_measured_alternately_round_by_round_in_rotating_order():
     """A ratio of two host costs pairs loops taken moments apart, so the host's CPU cancels; each
-    round starts one callable further on, so that none always runs after the same one."""
+    timed loop follows untimed calls of its own, and each round starts one callable further on, so
+    that a reading does not depend on which callables share the rotation."""
     order = []
     fns = {name: lambda name=name: order.append(name) for name in ("ours", "torch", "compile")}
     host = timing.interleaved_enqueue_us(fns, calls=2, rounds=4)
-    rounds = [order[i : i + 6 : 2] for i in range(0, len(order), 6)]
-    assert order[::2] == order[1::2]  # two calls a loop
+    assert all(order[i : i + 4] == [order[i]] * 4 for i in range(0, len(order), 4))  # two untimed calls, two timed
+    rounds = [order[i : i + 12 : 4] for i in range(0, len(order), 12)]
     assert rounds == [["ours", "torch", "compile"], ["torch", "compile", "ours"],
                       ["compile", "ours", "torch"], ["ours", "torch", "compile"]]  # fmt: skip
     assert {name: len(us) for name, us in host.items()} == {"ours": 4, "torch": 4, "compile": 4}
@@ -59,7 +60,7 @@ def test_host_costs_are_measured_alternately_round_by_round_in_rotating_order():
 def test_host_loops_run_without_the_garbage_collector_and_restore_it():
     collecting = []
     host = timing.interleaved_enqueue_us({"ours": lambda: collecting.append(gc.isenabled())}, calls=2, rounds=2)
-    assert collecting == [False] * 4
+    assert collecting == [False] * 8
     assert gc.isenabled()
     assert len(host["ours"]) == 2
 

@@ -144,10 +144,11 @@ def enqueue_us(fn: Callable[[], object], calls: int = 100, repeats: int = 20) ->
 
 def interleaved_enqueue_us(fns: dict[str, Callable[[], object]], calls: int, rounds: int) -> dict[str, list[float]]:
     """Per-round host time to enqueue one call (``enqueue_us``) of several callables, measured
-    alternately (``least_ratio`` compares two of them). Each round starts one callable further on:
-    a loop's host time moves with what ran just before it (caches, the allocator's state), so no
-    callable always follows the same one. Python's garbage collector is off meanwhile, as in
-    timeit: a collection would land in whichever loop allocated the object that set it off."""
+    alternately (``least_ratio`` compares two of them). A loop's host time moves with what ran just
+    before it (caches, the allocator's state), so each timed loop follows ``calls`` untimed calls of
+    its own, as a caller's back-to-back calls do, and each round starts one callable further on.
+    Python's garbage collector is off meanwhile, as in timeit: a collection would land in whichever
+    loop allocated the object that set it off."""
     host: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
     collecting = gc.isenabled()
@@ -156,6 +157,8 @@ def interleaved_enqueue_us(fns: dict[str, Callable[[], object]], calls: int, rou
     try:
         for r in range(rounds):
             for name in names[r % len(names) :] + names[: r % len(names)]:
+                for _ in range(calls):
+                    fns[name]()
                 host[name].append(enqueue_us(fns[name], calls=calls, repeats=1)[0])
     finally:
         if collecting:
