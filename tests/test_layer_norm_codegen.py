@@ -347,7 +347,13 @@ def test_fused_backward_neither_waits_for_nor_releases_another_kernel():
 
 @pytest.mark.parametrize(
     ("dtype", "n", "slices"),
-    [("bfloat16", 12288, 2), ("bfloat16", 20480, 3), ("bfloat16", 32768, 4), ("float32", 32768, 4)],
+    [
+        ("bfloat16", 12288, 2),
+        ("bfloat16", 20480, 3),
+        ("bfloat16", 32768, 4),
+        ("float32", 16384, 2),
+        ("float32", 32768, 4),
+    ],
 )
 def test_row_slices_exchange_their_sums_without_a_fence(dtype, n, slices):
     # A slice publishes its two sums in one 64-bit store and waits on 128-bit polls of the row's words:
