@@ -28,6 +28,7 @@ from kernelgate.kernels.layer_norm.ops import (
     column_grads_launch,
     column_sum_launch,
     forward_launch,
+    row_words,
     select_variant,
 )
 from kernelgate.tune.compile import spill_stores
@@ -54,7 +55,10 @@ def _meta_launch(variant: str, direction: str, m: int, n: int, dt: torch.dtype, 
         return forward_launch(x, w, w, 1e-5, variant, x, *(stats, stats) if direction == "fwd" else (None, None), cfg)
     if variant == "column_grads":
         return column_grads_launch(x, x, stats, stats, w, w)
-    launch, partial = backward_launch(x, x, w, w, stats, stats, "fused" if variant == "column_sum" else variant, x, cfg)
+    words = row_words(cfg.row_slices) if variant == "fused" and cfg.row_slices > 1 else 0  # as the eager forward left
+    launch, partial = backward_launch(
+        x, x, w, w, stats, stats, "fused" if variant == "column_sum" else variant, x, cfg, exchange_words=words
+    )
     return column_sum_launch(partial, launch.grid[0], [w, w]) if variant == "column_sum" else launch
 
 

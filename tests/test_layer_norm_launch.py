@@ -155,14 +155,17 @@ def test_calls_share_a_signature_only_where_their_launches_agree(tmp_path):
         assert ops._signature(*args, True) is None, name
 
 
+@pytest.mark.parametrize("sm90", [True, False])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(dtype, recorded_binds, monkeypatch):
+def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(dtype, sm90, recorded_binds, monkeypatch):
     """Where the backward splits rows into slices (16384 columns: two), the eager forward zeroes the slices'
     words after rstd, two a row, the backward reads them there and its column sum zeroes them again: its
-    partial sums are all it allocates, with nothing to zero. The functional backward, given statistics
-    without words, gets them zeroed with the partial sums."""
+    partial sums are all it allocates, with nothing to zero. fp32 slices, which prefetch the words (a bulk
+    prefetch), do so from sm_90; before it, and for the functional backward, given statistics without
+    words, the words are zeroed with the partial sums."""
     monkeypatch.setattr(ops, "_PLANS", {})
     monkeypatch.setattr(ops, "interpreter_mode", lambda: False)  # on a GPU, rows are split
+    monkeypatch.setattr(ops, "_on_sm90", lambda t: sm90)
     monkeypatch.setattr(ops, "_check_inputs", lambda *args: args[0].shape[-1])
     zeroed, partial_sums = [], []
     monkeypatch.setattr(torch.Tensor, "zero_", lambda t: zeroed.append(t.numel()) or t)
@@ -177,12 +180,17 @@ def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(dty
         torch.autograd.grad(y, (x, w, b), torch.randn_like(y))
     forward, _, columns = recorded_binds.values()
     groups = launch._BOUND[list(recorded_binds)[1]].grid[0] // 2
-    assert past_rstd == 2 + 2 * 2 * m  # rounded up to 16 bytes, then two 64-bit words a row
-    (plan,) = ops._PLANS.values()
-    assert plan.exchange_words == ops.row_words(2) == 2
     forward_bound, rows_bound, columns_bound = (launch._BOUND[key] for key in recorded_binds)
+    assert rows_bound.constexprs["SLICES"] == 2
+    (plan,) = ops._PLANS.values()
+    if dtype == torch.float32 and not sm90:
+        assert past_rstd == 0 and plan.exchange_words == 0 and not rows_bound.constexprs["EXCHANGE_AFTER_RSTD"]
+        assert [t.numel() for t in partial_sums] == [2 * groups * n + 2 * 2 * m] * 2 and zeroed == [2 * 2 * m] * 2
+        return
+    assert past_rstd == 2 + 2 * 2 * m  # rounded up to 16 bytes, then two 64-bit words a row
+    assert plan.exchange_words == ops.row_words(2) == 2
     assert forward_bound.constexprs["EXCHANGE_WORDS"] == 2 and columns_bound.constexprs["EXCHANGE_WORDS"] == 2
-    assert rows_bound.constexprs["SLICES"] == 2 and rows_bound.constexprs["EXCHANGE_AFTER_RSTD"]
+    assert rows_bound.constexprs["EXCHANGE_AFTER_RSTD"]
     (args,) = columns.runs  # the call from its plan hands the column sum the statistics it zeroes the words of
     assert args[12] == forward.runs[0][14]  # rstd's address, after grid, stream, function and metadata
     assert [t.numel() for t in partial_sums] == [2 * groups * n] * 2 and zeroed == []

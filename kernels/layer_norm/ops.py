@@ -276,7 +276,8 @@ def backward_launch(
         prefetch_rows = cfg.prefetch_per_sm * groups if prefetch else 0
     finish_late = _finishes_late(slices, x2)
     # Only where a column sum follows, which zeroes them again (weight or bias).
-    after_rstd = slices > 1 and exchange_words == row_words(slices) and (weight is not None or bias is not None)
+    zeroed_again = weight is not None or bias is not None
+    after_rstd = zeroed_again and exchange_words == row_words(slices) and _reads_forward_words(slices, x2)
     by_variant = dict(TAIL_N=fused_tail_n(n, cfg.block_n) if slices == 1 else 0,
                       SINGLE_REDUCTION=cfg.single_reduction, PREFETCH=prefetch, SLICES=slices, FINISH_LATE=finish_late,
                       EXCHANGE_AFTER_RSTD=after_rstd,
@@ -536,6 +537,13 @@ def _finishes_late(slices: int, x2) -> bool:
     return slices > 1 and x2.element_size() == 2
 
 
+def _reads_forward_words(slices: int, x2) -> bool:
+    # Row slices can exchange through words the eager forward zeroed: 16-bit ones poll a row's words a step
+    # after publishing, when every slice's word is in L2; fp32 ones poll right after, so each step first
+    # prefetches the next row's words into L2 (the bulk prefetch: sm_90+).
+    return slices > 1 and (_finishes_late(slices, x2) or _on_sm90(x2))
+
+
 def backward_exchange_words(x2, weight, bias, variant: str, forward: str) -> int:
     """The row-slice words a row (``row_words``) that the backward of ``variant`` on x2's rows will exchange
     through, where the ``forward`` variant can zero them beside its statistics (the fused one) and the
@@ -546,7 +554,7 @@ def backward_exchange_words(x2, weight, bias, variant: str, forward: str) -> int
     n, gpu = x2.shape[1], gpu_of(x2)
     backward = select_variant(variant, "bwd", x2.dtype, n, gpu)
     slices = launch_config(backward, "bwd", x2.dtype, n, gpu).row_slices if backward == "fused" else 1
-    return row_words(slices) if slices > 1 else 0
+    return row_words(slices) if _reads_forward_words(slices, x2) else 0
 
 
 @dataclasses.dataclass

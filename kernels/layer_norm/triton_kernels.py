@@ -432,7 +432,7 @@ def _slice_sums(x, dy, w, mean, SINGLE_REDUCTION: tl.constexpr):
 def _backward_in_slices(X, DY, DX, Mean, Rstd, Exchange, stride_x, stride_dy, stride_dx, M, N, cols, col_ok, w,
                         group, groups, slice, first, prefetch_rows, SLICES: tl.constexpr, NUM_STAGES: tl.constexpr,
                         SINGLE_REDUCTION: tl.constexpr, FINISH_LATE: tl.constexpr, PREFETCH: tl.constexpr,
-                        BLOCK_N: tl.constexpr):  # fmt: skip
+                        EXCHANGE_AFTER_RSTD: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
     # Rows group, group + groups, ..., each split over SLICES programs; returns this slice's dw and db sums.
     # A step loads its row's slice and publishes its sums, then finishes a row once every slice's sums are
     # in: its dx, and its terms of dw and db. FINISH_LATE: the previous row, loaded again, whose other
@@ -452,7 +452,9 @@ def _backward_in_slices(X, DY, DX, Mean, Rstd, Exchange, stride_x, stride_dy, st
             width = tl.minimum(N - first, BLOCK_N)
             _prefetch_rows_into_l2(X + first, ahead, ahead < M, stride_x, width)
             _prefetch_rows_into_l2(DY + first, ahead, ahead < M, stride_dy, width)
-        if not FINISH_LATE:  # a step polls its row's words right after publishing: the next row's into L2 now
+        if EXCHANGE_AFTER_RSTD and not FINISH_LATE:
+            # Words the forward zeroed have left L2, and this step polls its row's right after publishing:
+            # the next row's words into L2 now.
             words, ahead = 2 if SLICES == 2 else 4, row + groups + tl.zeros([1], dtype=tl.int32)
             issue = (ahead < M) & (slice == 0)
             _prefetch_rows_into_l2(Exchange.to(tl.pointer_type(tl.int64)), ahead, issue, words, words)
@@ -551,7 +553,7 @@ def fused_bwd_kernel(
     if SLICES > 1:  # one row a step (BLOCK_M = 1)
         dw, db = _backward_in_slices(X, DY, DX, Mean, Rstd, exchange, stride_x, stride_dy, stride_dx, M, N, cols,
                                      col_ok, w, group, groups, pid % SLICES, first, prefetch_rows, SLICES, NUM_STAGES,
-                                     SINGLE_REDUCTION, FINISH_LATE, PREFETCH, BLOCK_N)  # fmt: skip
+                                     SINGLE_REDUCTION, FINISH_LATE, PREFETCH, EXCHANGE_AFTER_RSTD, BLOCK_N)  # fmt: skip
     else:
         for block in tl.range(group, blocks, groups, num_stages=NUM_STAGES):
             rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
