@@ -98,14 +98,11 @@ def measure(commit: str, cases: list[bench.Case], gpus: list[str] | None, sample
     jobs = default_jobs(12, shares=len(gpus))  # warm.py's own default, on each GPU's part of the cores
     shares = [(head_side(commit, gpu), share) for gpu, share in zip(gpus, bench.shard(cases, len(gpus)), strict=True)]
     shares = [(side, share) for side, share in shares if share]
-
-    def measure_share(side: bench.Side, share: list[bench.Case]) -> dict[str, dict]:
-        return bench.measure([side], {"head": share}, rounds=1, samples=samples)["head"]
-
     with concurrent.futures.ThreadPoolExecutor(len(shares)) as pool:
-        list(pool.map(lambda side_share: warm_up(side_share[1], side_share[0], jobs), shares))
-        futures = [pool.submit(measure_share, side, share) for side, share in shares]
-        return {case_id: record for f in futures for case_id, record in f.result().items()}
+        for warming in [pool.submit(warm_up, share, side, jobs) for side, share in shares]:
+            warming.result()
+        runs = [pool.submit(bench.measure, [side], {"head": part}, rounds=1, samples=samples) for side, part in shares]
+        return {case_id: record for run in runs for case_id, record in run.result()["head"].items()}
 
 
 def print_table(machine: str, commit: str) -> None:
