@@ -5,6 +5,7 @@ Triton's interpreter (same N, at most INTERPRETER_MAX_ROWS rows).
 """
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -108,19 +109,21 @@ def test_fused_forward_options(dtype, preload_affine, single_reduction, n, kerne
     _assert_matches_reference(case, run_layer_norm(case, "fused", kernel_device, {"fwd": cfg}))
 
 
-@pytest.mark.parametrize("prefetch_per_sm", [1, 5, 50])
+@pytest.mark.parametrize("prefetch_per_sm", [1e-6, 0.25, 1, 5, 50])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fused_forward_prefetch_is_only_a_hint(dtype, prefetch_per_sm, cuda_device):
     """Pulling later programs' rows into L2 changes no output bit: rows of 5000 (head and tail
-    piece), an odd M, distances that stay within the grid, leave it for its last programs, or
-    reach past every row. Rows that are not 16-byte aligned are not prefetched."""
+    piece), an odd M, distances that stay within the grid (a quarter of a wave: that many rows,
+    rounded down; a sliver of one: the next row), leave it for its last programs, or reach past
+    every row. Rows that are not 16-byte aligned are not prefetched."""
     case = LayerNormCase(1001, 5000, dtype, offset=1e3)
     x, w, b = case.make_inputs(cuda_device)
     plain = heuristic_config("fused", "fwd", case.torch_dtype, case.n)
     cfg = dataclasses.replace(plain, prefetch_per_sm=prefetch_per_sm)
     poisoned = torch.full_like(x, float("nan"))
+    rows_ahead = max(1, math.floor(prefetch_per_sm * _sms(x) * cfg.block_m))
     assert forward_launch(x, w, b, case.eps, "fused", poisoned, None, None, cfg).arguments["prefetch_rows"] == (
-        prefetch_per_sm * _sms(x) * cfg.block_m
+        rows_ahead
     ), "the launch does not prefetch"
     y_plain, _, _ = layer_norm_fwd(x, w, b, case.eps, "fused", cfg=plain, stats=False)
     y, _, _ = layer_norm_fwd(x, w, b, case.eps, "fused", out=(poisoned, None, None), cfg=cfg)

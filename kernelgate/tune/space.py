@@ -198,7 +198,7 @@ def compile_unit(cfg: LaunchConfig) -> LaunchConfig:
         cfg,
         programs_per_sm=LaunchConfig.programs_per_sm if cfg.row_slices == 1 else 1,  # slices: one program per SM
         balanced_grid=LaunchConfig.balanced_grid,
-        prefetch_per_sm=min(cfg.prefetch_per_sm, 1),
+        prefetch_per_sm=1 if cfg.prefetch_per_sm > 0 else 0,
     )
 
 

@@ -36,7 +36,7 @@ SHORT_ROW_MAX_N = 1536
 SHORT_PROGRAM_BYTES = 4096
 SHORT_VALUES_PER_THREAD = 48
 
-# How far ahead of its loads the fused forward prefetches rows into L2, per SM.
+# How far ahead of its loads the fused forward prefetches rows into L2, per SM (forward_prefetch_per_sm).
 FORWARD_PREFETCH_BYTES = 48 * 1024
 # Shared memory the heuristic lets the fused backward's prefetched row blocks take
 # (sm_80 and sm_90 offer 163 and 227 KiB a block).
@@ -69,10 +69,10 @@ class LaunchConfig:
     # Backward only: as few programs as take the same number of row-block steps each (persistent_programs).
     balanced_grid: bool = False
     # Fused only: each program (the forward) or row-block step (the persistent backward) first pulls
-    # into L2 the rows this many times the SM count of row blocks later (0: off); a row slice, its slice
-    # of the row this many of its group's steps later. About one resident grid ahead pays in the forward;
-    # further, the rows are evicted before use.
-    prefetch_per_sm: int = 0
+    # into L2 the rows this many times the SM count of row blocks later (0: off; below 1, a fraction of
+    # a wave); a row slice, its slice of the row this many of its group's steps later. About 48 KiB an SM
+    # ahead pays in the forward; further, the rows are evicted before use.
+    prefetch_per_sm: float = 0
     # two_pass backward only: the row kernel writes dx alone and a column kernel sums dw and db,
     # reading x and dy once more, instead of each program adding its rows to fp32 partial rows of
     # its own (read and written every step, summed by column_sum_kernel).
@@ -146,6 +146,14 @@ def short_row_tile(n: int, element_bytes: int) -> tuple[int, int, int] | None:
     if masked and warps > 1:
         return None
     return block_m, block_n, min(warps, block_m) if split else warps
+
+
+def forward_prefetch_per_sm(block_bytes: int) -> float:
+    """The heuristic's forward L2 prefetch distance for row blocks of ``block_bytes`` of x: every forward
+    prefetches the rows FORWARD_PREFETCH_BYTES an SM ahead, as the H200's best configurations at the model
+    widths do. Whole row blocks where one fits in that; where one does not (fp32 past 12288 columns, 16-bit
+    past 24576), that fraction of a wave: a whole wave ahead ran those rows up to 1.33x slower (H100)."""
+    return FORWARD_PREFETCH_BYTES // block_bytes or FORWARD_PREFETCH_BYTES / block_bytes
 
 
 def fused_lanes(direction: str, n: int) -> int:
@@ -244,7 +252,7 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
         lanes = block_n + fused_tail_n(n, block_n)
         # fp32 programs of one or two rows up to 768 columns do not prefetch: it cost them up to 7% on both GPUs.
         fp32_few_rows = size == 4 and n <= 768 and block_m <= 2
-        prefetch = 0 if fp32_few_rows else max(1, FORWARD_PREFETCH_BYTES // (block_m * lanes * size))
+        prefetch = 0 if fp32_few_rows else forward_prefetch_per_sm(block_m * lanes * size)
         return LaunchConfig(block_m, block_n, warps, preload_affine=True, prefetch_per_sm=prefetch)
     block_n, lanes = fused_block_n(direction, n), fused_lanes(direction, n)
     # Other short rows: pack several per program, to 4096 elements forward, 8 rows backward.
@@ -257,14 +265,9 @@ def heuristic_config(variant: str, direction: str, dtype: torch.dtype, n: int) -
     if tail_warps >= 1:  # a tail piece wide enough for 16-byte accesses keeps them (bf16 5000: 4 warps, 1.5x)
         warps = min(warps, tail_warps)
     if direction == "fwd":
-        # Every forward prefetches into L2 the rows 48 KiB a SM ahead, at least a row block, as the H200's best
-        # configurations at the model widths do.
-        prefetch = max(1, FORWARD_PREFETCH_BYTES // (block_m * lanes * size))
-        if lanes > 8192:
-            # Wider rows: 8 warps up to 16384. Wider fp32 rows do not prefetch: they ran slower with it.
-            if lanes <= 16384:
-                return LaunchConfig(block_m, block_n, min(warps, 8), prefetch_per_sm=prefetch)
-            return LaunchConfig(block_m, block_n, warps, prefetch_per_sm=0 if size == 4 else prefetch)
+        prefetch = forward_prefetch_per_sm(block_m * lanes * size)
+        if lanes > 8192:  # wider rows: 8 warps up to 16384
+            return LaunchConfig(block_m, block_n, min(warps, 8) if lanes <= 16384 else warps, prefetch_per_sm=prefetch)
         # The single reduction stays a tuned option: it costs the statistics bits. w and b load with x, lest
         # their latency follow the statistics, but for a whole 8192-lane tile (slower there on the H200).
         return LaunchConfig(block_m, block_n, warps, preload_affine=lanes < 8192, prefetch_per_sm=prefetch)
