@@ -208,8 +208,8 @@ def test_the_leaders_are_confirmed_round_by_round_and_an_outlier_loses(monkeypat
 # at 12288-32768, swept on the H200 (each shape's five best and the heuristic's), then four of its
 # configurations on the H100 (the median of two interleaved rounds), and the fused forward at 16384 and
 # 32768 on the H100 (2048 and 8192 rows), the heuristic's configuration at L2 prefetch distances from none
-# to one and a half waves (the median of five interleaved rounds), then the same at fp32 20480, a width the
-# rule was not written from, on the H200; with the keys each holds.
+# to one and a half waves (the median of five interleaved rounds), then the same at widths the rule was not
+# written from, fp32 20480 on the H200 and fp32 18432 and bf16 25600 on the H100; with the keys each holds.
 RECORDED_SWEEPS = Path(__file__).parent / "fixtures" / "recorded_sweeps.json"
 SWEEP_KEYS = {
     "h100-every-key": 48,
@@ -241,6 +241,7 @@ SWEEP_KEYS = {
     "h100-fp32-row-slices-options": 3,
     "h100-wide-forward-prefetch-distance": 6,
     "h200-held-out-forward-prefetch-distance": 1,
+    "h100-held-out-forward-prefetch-distance": 2,
 }
 
 
@@ -304,12 +305,16 @@ def test_the_heuristic_preloads_w_and_b_where_both_gpus_measured_it_faster():
 
 @pytest.mark.parametrize(
     ("sweep", "wide_keys"),
-    [("h100-wide-forward-prefetch-distance", 4), ("h200-held-out-forward-prefetch-distance", 1)],
+    [
+        ("h100-wide-forward-prefetch-distance", 4),
+        ("h200-held-out-forward-prefetch-distance", 1),
+        ("h100-held-out-forward-prefetch-distance", 2),
+    ],
 )
 def test_the_heuristic_prefetches_rows_wider_than_its_distance_a_fraction_of_a_wave_ahead(sweep, wide_keys):
     """Where one row block holds more than FORWARD_PREFETCH_BYTES (fp32 16384-32768, 16-bit 32768), the fused
     forward prefetches that fraction of a wave ahead: on every shape of the sweeps faster than a whole wave
-    ahead and than no prefetch, and within 1% of the fastest distance, at fp32 20480 (held out) too."""
+    ahead and than no prefetch, and within 1% of the fastest distance, at widths held out of the rule too."""
     measured = recorded_sweep(sweep)
     fractions = 0
     for key in sorted({m.key for m in measured}, key=lambda k: k.name):
