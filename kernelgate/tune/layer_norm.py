@@ -243,7 +243,7 @@ def _option_columns(key: Key) -> dict[str, str]:
 
 
 def _cfg_cells(cfg: LaunchConfig, key: Key) -> str:
-    options = "".join(f" | {int(getattr(cfg, field))}" for field in _option_columns(key).values())
+    options = "".join(f" | {getattr(cfg, field):.3g}" for field in _option_columns(key).values())  # 0.75, True: 1
     return f"{cfg.block_m} | {cfg.block_n} | {cfg.num_warps}{options}"
 
 

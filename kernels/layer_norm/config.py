@@ -152,7 +152,7 @@ def forward_prefetch_per_sm(block_bytes: int) -> float:
     """The heuristic's forward L2 prefetch distance for row blocks of ``block_bytes`` of x: every forward
     prefetches the rows FORWARD_PREFETCH_BYTES an SM ahead, as the H200's best configurations at the model
     widths do. Whole row blocks where one fits in that; where one does not (fp32 past 12288 columns, 16-bit
-    past 24576), that fraction of a wave: a whole wave ahead ran those rows up to 1.33x slower (H100)."""
+    past 24576), that fraction of a wave: a whole wave ahead ran those rows up to 1.40x slower (H100)."""
     return FORWARD_PREFETCH_BYTES // block_bytes or FORWARD_PREFETCH_BYTES / block_bytes
 
 
