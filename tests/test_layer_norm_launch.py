@@ -10,19 +10,40 @@ from kernelgate.kernels.layer_norm import launch, ops
 from kernelgate.kernels.layer_norm.config import tuned_table
 
 
+class RecordedLauncher:
+    """Triton's launcher object for a kernel that asks for no scratch buffers; its C launch function
+    records each call."""
+
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid, launch_pdl = False, True
+
+    def __init__(self):
+        self.calls = []
+
+    def launch(self, *args):
+        self.calls.append(args)
+
+
+# The C launch function's arguments before the kernel's: the grid, the stream, the kernel, whether the launch
+# is cooperative and programmatic, two scratch buffers, the metadata, the launch metadata and two hooks.
+LAUNCH_OPTIONS = 13
+
+
 class RecordedKernel:
     """The parts of a compiled Triton kernel that ``Bound`` uses, recording each launch."""
 
     function, packed_metadata = "function", "metadata"
 
     def __init__(self):
-        self.runs, self.dispatched = [], []
+        self.run, self.dispatched = RecordedLauncher(), []
 
     def __getitem__(self, grid):
         return lambda *args, stream: self.dispatched.append((grid, args, stream))
 
-    def run(self, *args):
-        self.runs.append(args)
+    @property
+    def runs(self) -> list[tuple]:
+        """The kernel's arguments in each launch through the C function."""
+        return [args[LAUNCH_OPTIONS:] for args in self.run.calls]
 
 
 @pytest.fixture
@@ -37,13 +58,24 @@ def bound_kernel(monkeypatch):
     return launch.Bound(spec, compiled, leading=2), compiled
 
 
-def test_a_bound_launch_hands_the_launcher_its_arguments_then_the_bound_ones(bound_kernel):
+def test_a_bound_launch_hands_the_c_launcher_its_arguments_then_the_bound_ones(bound_kernel):
     bound, compiled = bound_kernel
     bound((1024, 2048))
-    (args,) = compiled.runs
-    grid, stream, leading = args[:3], args[3], args[-5:]
-    assert grid == (3, 1, 1) and stream == 7
-    assert leading == (1024, 2048, 4, 1e-5, 64)  # the addresses given, then the bound launch's own arguments
+    (args,) = compiled.run.calls
+    assert args[:LAUNCH_OPTIONS] == (3, 1, 1, 7, "function", False, True, None, None, "metadata", None, None, None)
+    assert args[LAUNCH_OPTIONS:] == (1024, 2048, 4, 1e-5, 64)  # the addresses given, then the bound launch's own
+    assert compiled.dispatched == []
+
+
+def test_a_kernel_that_asks_for_scratch_launches_through_triton(monkeypatch):
+    stream = types.SimpleNamespace(get_current_stream=lambda device: 7)
+    monkeypatch.setattr(launch, "driver", types.SimpleNamespace(active=stream))
+    kernel = types.SimpleNamespace(__name__="kernel", arg_names=["x_ptr", "BLOCK"])
+    spec = launch.Launch(kernel, grid=(3,), args=(torch.zeros(4),), constexprs={"BLOCK": 64}, num_warps=4)
+    compiled = RecordedKernel()
+    compiled.run.global_scratch_size = 128  # Triton's launcher allocates it a buffer
+    launch.Bound(spec, compiled, leading=1)((1024,))
+    assert compiled.runs == [] and compiled.dispatched == [((3, 1, 1), (1024, 64), 7)]
 
 
 def test_a_listening_profiler_gets_the_launch_through_triton(bound_kernel):
@@ -86,7 +118,7 @@ def test_a_bound_forward_launches_on_addresses_keyed_by_their_alignment(recorded
         y, mean, rstd = ops.layer_norm_fwd(x, w, b, 1e-5, "fused")  # launches the bound kernel
         (args,) = kernel.runs
         tensors = (x, y, w, b, mean, rstd)
-        assert args[9:15] == tuple(t.data_ptr() for t in tensors)  # after grid, stream, function and metadata
+        assert args[:6] == tuple(t.data_ptr() for t in tensors)
 
 
 # The backward's two column kernels: partial sums summed over programs (auto at 32 columns), and dw and db
@@ -114,11 +146,11 @@ def test_a_call_of_a_seen_signature_goes_straight_to_its_bound_launches(variant,
     assert len(checked) == 1 and len(ops._PLANS) == 1
     forward, rows, columns = recorded_binds.values()
     (args,) = forward.runs
-    assert args[9] == x.data_ptr() and args[11:13] == (w.data_ptr(), b.data_ptr())
+    assert args[0] == x.data_ptr() and args[2:4] == (w.data_ptr(), b.data_ptr())
     (args,) = rows.runs
-    assert args[9:12] == (x.data_ptr(), dy.data_ptr(), dx.data_ptr())
+    assert args[:3] == (x.data_ptr(), dy.data_ptr(), dx.data_ptr())
     (args,) = columns.runs
-    assert {dw.data_ptr(), db.data_ptr()} <= set(args[9:15])
+    assert {dw.data_ptr(), db.data_ptr()} <= set(args[:6])
     call(torch.randn(6 * n + 1, dtype=dtype)[1:].view(6, n))  # off 16-byte alignment
     assert len(checked) == 2 and len(ops._PLANS) == 2 and len(recorded_binds) == 6
 
@@ -192,7 +224,7 @@ def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(dty
     assert forward_bound.constexprs["EXCHANGE_WORDS"] == 2 and columns_bound.constexprs["EXCHANGE_WORDS"] == 2
     assert rows_bound.constexprs["EXCHANGE_AFTER_RSTD"]
     (args,) = columns.runs  # the call from its plan hands the column sum the statistics it zeroes the words of
-    assert args[12] == forward.runs[0][14]  # rstd's address, after grid, stream, function and metadata
+    assert args[3] == forward.runs[0][5]  # rstd's address
     assert [t.numel() for t in partial_sums] == [2 * groups * n] * 2 and zeroed == []
     x = torch.randn(m, n, dtype=dtype)
     mean, rstd = torch.randn(m), torch.rand(m)

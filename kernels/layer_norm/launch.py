@@ -7,10 +7,10 @@ every call: on an H200's host that is about 20 us of the forward's 62, where eag
 call takes 12.
 
 ``bind`` does that once per launch key, and ``bound(key)`` afterwards calls the compiled kernel's
-launcher directly, as Triton's fused-softmax tutorial does. The key must therefore determine everything the
-launch depends on but its tensors and float arguments: the configuration and, for Triton's
-specialization, every integer argument's value and each pointer's alignment. ``ops`` keys on the
-integers themselves and on each pointer's low four bits.
+C launch function directly. The key must therefore determine everything the launch depends on but
+its tensors and float arguments: the configuration and, for Triton's specialization, every integer
+argument's value and each pointer's alignment. ``ops`` keys on the integers themselves and on each
+pointer's low four bits.
 """
 
 import dataclasses
@@ -60,18 +60,26 @@ class Bound:
         # The launcher takes every parameter in order; it skips the constexprs' values.
         self.trailing = (*launch.args[leading:], *(launch.constexprs[name] for name in names[len(launch.args) :]))
         self.device = launch.args[0].get_device()
+        self.current_stream = driver.active.get_current_stream
         compiled[self.grid]  # loads the module on the device (Triton's own first launch did too)
+        # Triton's launcher object allocates the scratch buffers a kernel asks for, then calls its C launch
+        # function. A kernel that asks for none calls that function itself: a few us of host time a launch.
+        launcher = compiled.run
+        self.c_launch = None if launcher.global_scratch_size or launcher.profile_scratch_size else launcher.launch
+        # The C function's arguments after the grid and the stream: the kernel, whether the launch is
+        # cooperative and programmatic, no scratch, the kernel's metadata, and no launch metadata or hooks.
+        self.launch_options = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+                               compiled.packed_metadata, None, None, None)  # fmt: skip
 
     def __call__(self, leading: tuple) -> None:
         """Launch on ``leading`` arguments with each tensor given by its address (``data_ptr()``). Given a
         tensor, the launcher would call its data_ptr and then ask the driver whether the device can read
         it; the ops checked every tensor's device already, and their launch keys read the addresses."""
-        stream = driver.active.get_current_stream(self.device)
-        if knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls:  # a profiler listens
-            self.compiled[self.grid](*leading, *self.trailing, stream=stream)
+        stream = self.current_stream(self.device)
+        if self.c_launch is None or knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls:
+            self.compiled[self.grid](*leading, *self.trailing, stream=stream)  # scratch, or a profiler listens
             return
-        c = self.compiled
-        c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *leading, *self.trailing)
+        self.c_launch(*self.grid, stream, *self.launch_options, *leading, *self.trailing)
 
 
 _BOUND: dict[Hashable, Bound] = {}
