@@ -161,7 +161,12 @@ def _l2_prefetch(cfg: LaunchConfig, x2: torch.Tensor, vec: int) -> tuple[bool, i
     (sm_90+) takes whole 16-byte aligned rows: those prefetch_per_sm x SMs row blocks later (a fraction
     of a wave where prefetch_per_sm < 1), at least one."""
     prefetch = cfg.prefetch_per_sm > 0 and _on_sm90(x2) and vec * x2.element_size() == 16
-    return prefetch, max(1, int(cfg.prefetch_per_sm * _sms(x2) * cfg.block_m)) if prefetch else 0
+    return prefetch, _rows_ahead(cfg.prefetch_per_sm, _sms(x2) * cfg.block_m) if prefetch else 0
+
+
+def _rows_ahead(prefetch_per_sm: float, wave: int) -> int:
+    """The prefetch distance in rows: ``prefetch_per_sm`` waves of ``wave`` rows, rounded down, at least one."""
+    return max(1, int(prefetch_per_sm * wave))
 
 
 def _forward_args(x2, weight, bias, eps: float, y, mean, rstd) -> tuple:
@@ -274,7 +279,7 @@ def backward_launch(
     vec = vector_width(n, x2, dy2, dx, weight)
     prefetch, prefetch_rows = _l2_prefetch(cfg, x2, vec)
     if slices > 1:  # counted in the groups' steps, a row each, not in row blocks per SM (LaunchConfig)
-        prefetch_rows = max(1, int(cfg.prefetch_per_sm * groups)) if prefetch else 0
+        prefetch_rows = _rows_ahead(cfg.prefetch_per_sm, groups) if prefetch else 0
     finish_late = _finishes_late(slices, x2)
     # Only where a column sum follows, which zeroes them again (weight or bias).
     zeroed_again = weight is not None or bias is not None
