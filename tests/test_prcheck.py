@@ -11,17 +11,18 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import typing
 from pathlib import Path
 
 import pytest
 from asv.results import Results
 from support import fake_suite, split
-from support.shards import JUNIT, S1, S2, THRESHOLDS, fake_shard, timing_record, two_fake_shards
+from support.shards import JUNIT, S1, S2, THRESHOLDS, ShardRun, commit, group_map, timing_record
 
 from kernelgate.kernels.device import interpreter_mode
 from kernelgate.measure import parallel
-from kernelgate.prcheck import bench, check, environments, results, selection
+from kernelgate.prcheck import bench, check, environments, isolation, results, selection
 
 ROOT = Path(__file__).parents[1]
 
@@ -662,47 +663,183 @@ def test_a_runner_without_pip_is_refused_by_name(tmp_path):
         environments.overlay(str(tmp_path / "runner" / "bin" / "python"), ROOT, tmp_path / "env")
 
 
+# --- where head's code runs -------------------------------------------------------------------------
+
+HEAD_USER = "nobody"
+INSTALLABLE = {"pyproject.toml": '[project]\nname = "fake"\nversion = "0"\n[tool.setuptools]\npy-modules = []\n'}
+
+
+@pytest.fixture(scope="module")
+def runner_for_head_user(tmp_path_factory):
+    """A runner environment (pip, setuptools) that the head user can run, as a GPU runner's is: this process's
+    own Python may live where that user cannot reach (a home folder)."""
+    if os.geteuid() != 0:
+        pytest.skip("SKIPPED: switching head's processes to another user needs root (CI runs as root)")
+    for base in (getattr(sys, "_base_executable", sys.executable), "/usr/bin/python3"):
+        try:
+            subprocess.run([base, "-c", "import venv, ensurepip"], capture_output=True, check=True,
+                           **isolation.popen_user(HEAD_USER))  # fmt: skip
+            break
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    else:
+        pytest.fail(f"no Python on this machine that {HEAD_USER} can run, with venv and ensurepip")
+    folder = Path(tempfile.mkdtemp(prefix="kernelgate-runner-"))
+    folder.chmod(0o755)
+    subprocess.run([base, "-m", "venv", str(folder / "runner")], check=True)
+    python = folder / "runner" / "bin" / "python"
+    setuptools = re.search(r"^setuptools==\S+", (ROOT / "requirements" / "runner.txt").read_text(), re.MULTILINE)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", setuptools.group(0)], check=True)  # the lock's
+    yield python
+    shutil.rmtree(folder)
+
+
+def test_head_runs_as_its_user_and_writes_only_its_scratch_folder(runner_for_head_user, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    scratch = isolation.scratch(HEAD_USER)
+    assert (scratch.stat().st_uid, scratch.stat().st_mode & 0o777) == (isolation.account(HEAD_USER).pw_uid, 0o700)
+    monkeypatch.setenv("GITHUB_TOKEN", "secret")
+    monkeypatch.setenv("ACTIONS_RUNTIME_TOKEN", "secret")
+    probe = f"""
+import os, pathlib
+def writes(path):
+    try:
+        pathlib.Path(path).write_text("x")
+        return True
+    except OSError:
+        return False
+print(os.getuid(), writes({str(out / "manifest.json")!r}), writes({str(scratch / "mine")!r}),
+      sorted(k for k in os.environ if "TOKEN" in k))
+"""
+    env = isolation.environ(isolation.head_env(scratch), untrusted=True)
+    done = subprocess.run([str(runner_for_head_user), "-c", probe], env=env, capture_output=True, text=True,
+                          check=True, **isolation.popen_user(HEAD_USER))  # fmt: skip
+    check.drop_scratch(scratch)
+    assert done.stdout.split(maxsplit=3) == [str(isolation.account(HEAD_USER).pw_uid), "False", "True", "[]\n"]
+    assert not (out / "manifest.json").exists()
+
+
+def test_heads_environment_is_built_as_its_user_in_its_scratch_folder(runner_for_head_user, tmp_path, monkeypatch):
+    """The check's environment step: head's worktree and build are its user's, base's are the check's."""
+    import argparse
+
+    run = ShardRun.make(tmp_path, files=INSTALLABLE)
+    monkeypatch.chdir(run.repo)
+    monkeypatch.setattr(check, "has_gpu", lambda: True)
+    monkeypatch.setattr(check, "machine_entry", lambda: {"machine": "h100-host", "gpu_class": "H100"})
+    args = argparse.Namespace(out=tmp_path / "out", work=tmp_path / "work", cache=tmp_path / "cache", base=run.base,
+                              head=run.head, full=None, bench=None, shard=(1, 1),
+                              runner_python=str(runner_for_head_user), head_user=HEAD_USER)  # fmt: skip
+    args.out.mkdir()
+    scratch = isolation.scratch(HEAD_USER)
+    try:
+        plan = check.prepare(args, check.Steps(), scratch)
+        head, base = plan.side("head"), plan.side("base")
+        uid = isolation.account(HEAD_USER).pw_uid
+        assert head.user == HEAD_USER and base.user is None
+        assert scratch in head.tree.parents and scratch in head.python.parents
+        assert head.tree.stat().st_uid == uid and (head.tree / "src" / "kernel.py").stat().st_uid == uid
+        assert base.tree.stat().st_uid == 0 and scratch not in base.python.parents
+        assert head.env["TRITON_CACHE_DIR"].startswith(str(scratch)), "head's JIT caches: fresh, in its scratch"
+        assert base.env["TRITON_CACHE_DIR"] == str(args.cache / "base" / "triton")
+    finally:
+        check.drop_scratch(scratch)
+    assert not scratch.exists() and str(scratch) not in check.git("worktree", "list")
+
+
+@pytest.mark.parametrize(
+    ("user", "euid", "message"),
+    [
+        ("no-such-user-here", 0, "no such user"),
+        ("root", 0, "is root"),
+        (HEAD_USER, 1000, "needs the check to run as root"),
+    ],
+)
+def test_a_head_user_that_would_not_isolate_is_refused(monkeypatch, user, euid, message):
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    with pytest.raises(isolation.IsolationError, match=message):
+        isolation.popen_user(user)
+
+
+def test_without_a_head_user_head_runs_as_the_check():
+    assert isolation.popen_user(None) == {}
+    scratch = isolation.scratch(None)
+    assert (scratch.stat().st_uid, scratch.stat().st_mode & 0o777) == (os.geteuid(), 0o700)
+    check.drop_scratch(scratch)
+
+
 # --- merging shards --------------------------------------------------------------------------------
 
 
-def test_shards_merge_into_one_run(tmp_path):
-    one, two = two_fake_shards(tmp_path)
+@pytest.fixture()
+def shard_run(tmp_path, monkeypatch):
+    """Make a check's commits and shards (support/shards.py), and work in their repository, as the verdict job does."""
+
+    def make(**kwargs) -> ShardRun:
+        run = ShardRun.make(tmp_path, **kwargs)
+        monkeypatch.chdir(run.repo)
+        return run
+
+    return make
+
+
+def _merge(run: ShardRun, out: Path, count: int = 2) -> tuple[int, dict, str]:
+    from kernelgate.prcheck.__main__ import main as prcheck_main
+
+    code = prcheck_main(run.merge_argv(out, count))
+    verdict = json.loads((out / "gate" / "verdict.json").read_text())
+    return code, verdict, (out / "report.md").read_text()
+
+
+def test_shards_merge_into_one_run(shard_run, tmp_path):
+    run = shard_run()
+    run.two_shards()
     out = tmp_path / "merged"
-    plan = check.merge_shards([one, two], out)
+    plan = check.merge_shards(run.folder, 2, run.expected(out), out)
     assert plan.machine["machine"] == "h100-shards", "shards run on several hosts; the verdict is the GPU class's"
     assert json.loads((out / "cases.json").read_text()) == [S1, S2]
     assert len(list((out / "results" / "h100-shards").glob("*-pr-check.json"))) == 2
 
 
-def test_the_merge_command_judges_the_shards_and_reports(tmp_path):
-    from kernelgate.prcheck.__main__ import main as prcheck_main
-
-    one, two = two_fake_shards(tmp_path)
-    for shard in (one, two):
-        (shard / "junit").mkdir()
-        (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
-    assert prcheck_main(["merge", "--out", str(tmp_path / "verdict"), str(one), str(two)]) == 0
-    report = (tmp_path / "verdict" / "report.md").read_text()
+def test_the_merge_command_judges_the_shards_and_reports(shard_run, tmp_path):
+    run = shard_run()
+    run.two_shards()
+    code, verdict, report = _merge(run, tmp_path / "verdict")
+    assert (code, verdict["passed"]) == (0, True), report
     assert report.startswith("# PR check ✅ passed") and "The verdict on all 2 shards, merged." in report
     assert "| shard 2: benchmarks | 4.0 | ok |" in report, "each shard's steps, then the merge's"
-    assert json.loads((tmp_path / "verdict" / "gate" / "verdict.json").read_text())["passed"]
 
-    assert prcheck_main(["merge", "--out", str(tmp_path / "missing"), str(one)]) == 2
-    assert "expected shards 1..2 once each" in (tmp_path / "missing" / "report.md").read_text()
-    assert json.loads((tmp_path / "missing" / "gate" / "verdict.json").read_text())["exit_code"] == 2
+    code, verdict, report = _merge(run, tmp_path / "three", count=3)
+    assert (code, verdict["exit_code"]) == (2, 2) and "shard-3 of 3 left no results" in report
 
 
-def test_the_merge_and_its_gate_import_no_kernel_stack(tmp_path):
-    """The verdict job installs asv and matplotlib alone (the noxfile's install_for_results)."""
+def test_one_shard_and_two_give_the_same_verdict(shard_run, tmp_path):
+    """The same measurements, taken by one GPU job or split over two, judged alike."""
+    run = shard_run()
+    one, two = run.two_shards()
+    verdicts = [_merge(run, tmp_path / "two")[:2]]
+    measured = [json.loads((shard / "measurements.json").read_text()) for shard in (one, two)]
+    records = {role: {**measured[0][role], **measured[1][role]} for role in ("base", "head")}
+    shutil.rmtree(run.folder)
+    run.shard(1, 1, {role: [S1, S2] for role in records}, records)
+    (run.folder / "shard-1" / "junit").mkdir()
+    (run.folder / "shard-1" / "junit" / "gpu-tests.xml").write_text(JUNIT)
+    verdicts.append(_merge(run, tmp_path / "one", count=1)[:2])
+    assert [code for code, _ in verdicts] == [0, 0]
+    timed = [[f for f in verdict["findings"] if f["check"] == "slowdown"] for _, verdict in verdicts]
+    assert len(timed[0]) == 2 and timed[0] == timed[1]
+
+
+def test_the_merge_and_its_gate_import_no_kernel_stack(shard_run, tmp_path):
+    """The verdict job installs asv and matplotlib alone (requirements/verdict.txt)."""
     stubs = tmp_path / "stubs"
     for name in ("torch", "triton", "tilelang"):
         (stubs / name).mkdir(parents=True)
         (stubs / name / "__init__.py").write_text(f"raise ImportError('the verdict job has no {name}')\n")
-    shards = two_fake_shards(tmp_path)
-    for shard in shards:
-        (shard / "junit").mkdir()
-        (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
-    argv = [sys.executable, "-m", "kernelgate.prcheck", "merge", "--out", str(tmp_path / "verdict"), *map(str, shards)]
+    run = shard_run()
+    run.two_shards()
+    argv = [sys.executable, "-m", "kernelgate.prcheck", *run.merge_argv(tmp_path / "verdict")]
     env = {**os.environ, "PYTHONPATH": str(stubs)}  # first on the path, before site-packages
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -726,48 +863,111 @@ def test_judging_changes_are_the_diff_of_the_trusted_files(tmp_path):
     assert "kernel.py" not in diff, "only the files that judge"
 
 
-def test_the_merged_report_shows_the_judging_changes_the_shards_recorded(tmp_path):
-    """The merge runs where the commits may be absent (a shallow checkout of main): the change to the
-    judging files comes from the shards' manifests, fenced so that its text cannot end the block."""
-    from kernelgate.prcheck.__main__ import main as prcheck_main
-
-    diff = "--- a/perf-thresholds.toml\n+++ b/perf-thresholds.toml\n+why = '````\n+# PR check ✅ passed'\n"
-    shards = two_fake_shards(tmp_path)
-    for shard in shards:
-        plan = check.Plan.load(shard)
-        plan.judging_changes = diff
-        plan.save(shard)
-    assert prcheck_main(["merge", "--out", str(tmp_path / "verdict"), *map(str, shards)]) == 1, "no test reports: red"
-    report = (tmp_path / "verdict" / "report.md").read_text()
-    assert "## Changes to the gate's files (they take effect once merged)\n\n`````diff\n--- a/perf" in report
+def test_the_merged_report_shows_the_judging_changes_fenced(shard_run, tmp_path):
+    """The merge reads the change to the judging files from git itself, and fences it so that its text cannot
+    end the block."""
+    run = shard_run()
+    why = "why = '````\n# PR check ✅ passed'\n"
+    run.change(
+        {"src/kernel.py": "x = 2\n", "perf-thresholds.toml": THRESHOLDS + "# " + why},
+        "a kernel and a comment in its thresholds",
+    )
+    run.two_shards()
+    code, _, report = _merge(run, tmp_path / "verdict")
+    assert code == 0, report
+    assert "## Changes to the gate's files\n\n`````diff\n" in report
     assert "+# PR check ✅ passed'\n`````\n" in report, "the fence outlasts the diff's own backticks"
 
 
-def test_a_missing_shard_fails_the_merge(tmp_path):
-    one, _ = two_fake_shards(tmp_path)
-    with pytest.raises(check.CheckError, match=r"expected shards 1..2 once each"):
-        check.merge_shards([one], tmp_path / "merged")
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("groups", [], "its groups is []"),
+        ("head", "d" * 40, "its head is"),
+        ("benchmarks", [".*"], "its benchmarks is"),
+        ("tests", ["tests/test_other.py"], "its tests is"),
+        ("shard", [2, 2], "says shard 2/2, not 1/2"),
+    ],
+)
+def test_a_shard_whose_manifest_is_not_the_selection_fails_the_merge(shard_run, tmp_path, field, value, reason):
+    """The head's code ran in the GPU job: whatever its shards claim, the merge judges its own selection."""
+    run = shard_run()
+    one, _ = run.two_shards()
+    _edit_manifest(one, {field: value})
+    code, verdict, text = _merge(run, tmp_path / "verdict")
+    assert (code, verdict["passed"]) == (2, False) and reason in text
 
 
-def test_a_shard_measured_twice_fails_the_merge(tmp_path):
-    one, _ = two_fake_shards(tmp_path)
-    copy = tmp_path / "copy"
-    shutil.copytree(one, copy)
-    with pytest.raises(check.CheckError, match="expected shards"):
-        check.merge_shards([one, copy], tmp_path / "merged")
-
-
-def test_a_case_no_shard_measured_fails_the_merge(tmp_path):
-    one = fake_shard(
-        tmp_path,
-        1,
-        2,
-        {"base": [S1], "head": [S1]},
-        {"base": {S1: timing_record(0, 1.0)}, "head": {S1: timing_record(0, 1.0)}},
+def test_thresholds_a_shard_brings_are_not_the_ones_that_judge(shard_run, tmp_path):
+    run = shard_run()
+    one, two = run.two_shards()
+    records = json.loads((one / "measurements.json").read_text())
+    records["head"][S1] = timing_record(0, 1.5)  # 50% slower, and so again when re-measured
+    (one / "measurements.json").write_text(json.dumps(records))
+    (one / "remeasured.json").write_text(
+        json.dumps({"base": {S1: records["base"][S1]}, "head": {S1: records["head"][S1]}})
     )
-    two = fake_shard(tmp_path, 2, 2, {"base": [], "head": []}, {"base": {}, "head": {}})
+    for shard in (one, two):
+        (shard / "trusted").mkdir(exist_ok=True)
+        (shard / "trusted" / "perf-thresholds.toml").write_text(THRESHOLDS.replace("0.05", "0.9"))
+    code, verdict, text = _merge(run, tmp_path / "verdict")
+    assert (code, verdict["passed"]) == (1, False), text
+
+
+def test_a_group_head_adds_runs_with_its_tests_and_benchmarks(shard_run, tmp_path):
+    run = shard_run()
+    added = '[group.new]\npaths = ["new/**"]\ntests = ["tests/test_new.py"]\nbenchmarks = ["^bench_new\\\\."]\n'
+    run.head = commit(run.repo, {"pr-check.toml": group_map() + added, "new/kernel.py": "y = 1\n"}, "a new kernel")
+    plan = run.expected(tmp_path / "selection")
+    assert plan.groups == ["g", "new"]
+    assert plan.reasons["new"][0] == "the pull request adds this group"
+    assert plan.tests == ["tests/test_new.py"] and plan.benchmarks == ["^bench_a\\.", "^bench_new\\."]
+
+
+def test_head_cannot_narrow_its_selection():
+    """Head's map adds groups and work; its paths, everything and ignore lists decide nothing."""
+    base = selection.GroupMap({"g": selection.Group("g", ("src/**",), ("t.py",), ("^a",))}, (), ())
+    theirs = selection.GroupMap(
+        {"g": selection.Group("g", ("src/**",), ("t2.py",), ("^b",)),
+         "x": selection.Group("x", ("unclaimed/**",), (), ())},
+        (), ("src/**", "unclaimed/**"),
+    )  # fmt: skip
+    merged = selection.with_additions(base, theirs)
+    chosen = selection.select(merged, ["unclaimed/file.py"])
+    assert chosen.groups == ("g", "x"), "a path base's map leaves unclaimed still selects every group"
+    assert chosen.tests(merged) == ["t.py", "t2.py"] and chosen.benchmarks(merged) == ["^a", "^b"]
+    assert selection.select(merged, ["src/a.py"]).groups == ("g", "x"), "head's ignore list is not applied"
+
+
+def test_a_malformed_group_map_in_head_fails_closed(shard_run, tmp_path):
+    run = shard_run()
+    run.head = commit(run.repo, {"pr-check.toml": "[group.g]\npaths = 3\n"}, "a broken group map")
+    with pytest.raises(check.CheckError, match=r"head's pr-check\.toml"):
+        run.expected(tmp_path / "selection")
+
+
+def test_a_missing_shard_fails_the_merge(shard_run, tmp_path):
+    run = shard_run()
+    _, two = run.two_shards()
+    shutil.rmtree(two)
+    with pytest.raises(check.CheckError, match=r"shard-2 of 2 left no results"):
+        check.merge_shards(run.folder, 2, run.expected(tmp_path / "m"), tmp_path / "m")
+
+
+def test_a_folder_beside_the_shards_fails_the_merge(shard_run, tmp_path):
+    run = shard_run()
+    one, _ = run.two_shards()
+    shutil.copytree(one, run.folder / "shard-3")
+    with pytest.raises(check.CheckError, match="holds shard-3 beside the 2 shards"):
+        check.merge_shards(run.folder, 2, run.expected(tmp_path / "m"), tmp_path / "m")
+
+
+def test_a_case_no_shard_measured_fails_the_merge(shard_run, tmp_path):
+    run = shard_run()
+    run.shard(1, 2, {"base": [S1], "head": [S1]}, {r: {S1: timing_record(0, 1.0)} for r in ("base", "head")})
+    run.shard(2, 2, {"base": [], "head": []}, {"base": {}, "head": {}})
     with pytest.raises(check.CheckError, match="no shard measured"):
-        check.merge_shards([one, two], tmp_path / "merged")
+        check.merge_shards(run.folder, 2, run.expected(tmp_path / "m"), tmp_path / "m")
 
 
 @pytest.mark.parametrize(
@@ -775,22 +975,18 @@ def test_a_case_no_shard_measured_fails_the_merge(tmp_path):
     [(1.06, 1.045, "fail"), (1.042, 1.055, "cleared"), (1.045, 1.0, "pass"), (1.06, None, "error")],
     ids=["past-then-near", "near-then-past-by-less", "near-then-within", "never-re-measured"],
 )
-def test_the_merge_judges_what_a_shard_re_measured_as_its_gate_did(tmp_path, first, again, verdict):
+def test_the_merge_judges_what_a_shard_re_measured_as_its_gate_did(shard_run, tmp_path, first, again, verdict):
     """The merge judges each case's first reading and takes the shard's re-measurement as its own: judged
     on the fresh reading alone, 1.045x would pass a slowdown the shard failed, 1.055x fail one it cleared."""
-    one, two = two_fake_shards(tmp_path)
+    run = shard_run(thresholds=THRESHOLDS + "near_miss = 0.01\n")  # the 5% limit; readings past 1.04x re-measured
+    one, _ = run.two_shards()
     records = json.loads((one / "measurements.json").read_text())
     records["head"][S1] = timing_record(0, first)
     (one / "measurements.json").write_text(json.dumps(records))
     if again is not None:
         fresh = {"base": {S1: timing_record(0, 1.0)}, "head": {S1: timing_record(0, again)}}
         (one / "remeasured.json").write_text(json.dumps(fresh))
-    for shard in (one, two):
-        # The 5% limit, and readings past 1.04x re-measured.
-        (shard / "trusted" / "perf-thresholds.toml").write_text(THRESHOLDS + "near_miss = 0.01\n")
-        (shard / "junit").mkdir()
-        (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
-    code, verdict_json, _ = _merge(tmp_path, [one, two])
+    code, verdict_json, _ = _merge(run, tmp_path / "verdict")
     if verdict == "error":
         assert code == 2 and "re-measurement of base and head failed" in verdict_json["error"]
         return
@@ -799,90 +995,88 @@ def test_the_merge_judges_what_a_shard_re_measured_as_its_gate_did(tmp_path, fir
     assert row["ratio"] == pytest.approx(again)
 
 
-def test_a_re_measurement_keeps_each_cases_first_reading(tmp_path, monkeypatch):
+def test_a_re_measurement_keeps_each_cases_first_reading(shard_run, monkeypatch):
     from kernelgate.prcheck.__main__ import main as prcheck_main
 
-    one, _ = two_fake_shards(tmp_path)
+    run = shard_run()
+    one, _ = run.two_shards()
     first = json.loads((one / "measurements.json").read_text())
     monkeypatch.setattr(check.Plan, "side", lambda plan, role: role)
     monkeypatch.setattr(bench, "measure", lambda sides, cases: {
         role: {c.id: timing_record(c.index, 1.5) for c in cases[role]} for role in sides
     })  # fmt: skip
-    argv = ["remeasure", "--out", str(one), "--base", "b" * 40, "--head", "c" * 40, "--regex", "s1"]
+    argv = ["remeasure", "--out", str(one), "--base", run.base, "--head", run.head, "--regex", "s1"]
     assert prcheck_main(argv) == 0
     assert json.loads((one / "measurements.json").read_text()) == first
     fresh = json.loads((one / "remeasured.json").read_text())
     assert fresh == {role: {S1: timing_record(0, 1.5)} for role in ("base", "head")}
-    (result,) = (one / "results" / "h100-host1").glob("c" * 8 + "-*.json")
+    (result,) = (one / "results" / "h100-host1").glob(run.head[:8] + "-*.json")
     assert 1.5 in json.loads(result.read_text())["results"]["bench_a.A.time_x"][0]
-
-
-def _merge(tmp_path, shards, out="verdict") -> tuple[int, dict, str]:
-    from kernelgate.prcheck.__main__ import main as prcheck_main
-
-    code = prcheck_main(["merge", "--out", str(tmp_path / out), *map(str, shards)])
-    verdict = json.loads((tmp_path / out / "gate" / "verdict.json").read_text())
-    return code, verdict, (tmp_path / out / "report.md").read_text()
 
 
 @pytest.mark.parametrize(
     ("report", "passes"),
     [("complete", True), ("drew-no-test", True), ("absent", False), ("cut-short", False)],
 )
-def test_each_shard_that_selected_tests_brings_their_whole_report(tmp_path, report, passes):
+def test_each_shard_that_selected_tests_brings_their_whole_report(shard_run, tmp_path, report, passes):
     """A shard killed during its tests, or run with --skip-tests, cannot pass because another shard's tests did."""
     xml = {"complete": JUNIT, "drew-no-test": '<testsuite tests="0"/>', "cut-short": '<testsuite tests="3"><testcase'}
-    one, two = two_fake_shards(tmp_path)
-    for shard, text in ((one, JUNIT), (two, xml.get(report))):
-        dataclasses.replace(check.Plan.load(shard), tests=["tests/test_kernel.py"]).save(shard)
-        if text is not None:
-            (shard / "junit").mkdir()
-            (shard / "junit" / "gpu-tests.xml").write_text(text)
-    code, verdict, text = _merge(tmp_path, [one, two])
-    assert (code, verdict["passed"]) == ((0, True) if passes else (2, False))
+    run = shard_run(tests=("tests/test_kernel.py",))
+    _, two = run.two_shards()
+    shutil.rmtree(two / "junit")
+    if xml.get(report) is not None:
+        (two / "junit").mkdir()
+        (two / "junit" / "gpu-tests.xml").write_text(xml[report])
+    code, verdict, text = _merge(run, tmp_path / "verdict")
+    assert (code, verdict["passed"]) == ((0, True) if passes else (2, False)), text
     assert passes or "shard 2 has no complete report of its GPU tests" in text
 
 
-def test_a_change_that_selects_nothing_passes_the_merge(tmp_path):
+def test_a_change_that_selects_nothing_passes_the_merge(shard_run, tmp_path):
     """A documentation change: every shard selected no group, measured nothing and wrote no suites."""
-    shards = []
+    run = shard_run()
+    run.change({"docs/guide.md": "words\n"}, "a documentation change")
     for k in (1, 2):
-        out = tmp_path / f"shard-{k}"
-        out.mkdir()
-        machine = {"machine": f"h100-host{k}", "gpu": "NVIDIA H100", "gpu_class": "H100"}
-        check.Plan("b" * 40, "c" * 40, machine, [], {}, (k, 2), [], []).save(out)
-        shards.append(out)
-    code, verdict, text = _merge(tmp_path, shards)
-    assert (code, verdict["passed"]) == (0, True)
+        run.shard(k, 2, {}, {}, groups=False)
+    code, verdict, text = _merge(run, tmp_path / "verdict")
+    assert (code, verdict["passed"]) == (0, True), text
     assert "no changed path selects a group" in text
 
 
-def test_a_check_that_selects_nothing_writes_its_passing_verdict(tmp_path, monkeypatch):
+def test_a_check_that_selects_nothing_writes_its_passing_verdict(shard_run, tmp_path, monkeypatch):
     """What the verdict job merges, for a documentation change, on one runner."""
     import argparse
 
-    from kernelgate.prcheck.__main__ import run
+    from kernelgate.prcheck.__main__ import run as run_check
 
+    run = shard_run()
+    run.change({"docs/guide.md": "words\n"}, "a documentation change")
     machine = {"machine": "h100-host", "gpu": "NVIDIA H100", "gpu_class": "H100"}
-    monkeypatch.setattr(
-        check, "prepare", lambda args, steps: check.Plan("b" * 40, "c" * 40, machine, [], {}, (1, 1), [], [])
-    )
-    out = tmp_path / "shard-1"
-    assert run(argparse.Namespace(out=out, skip_tests=False)) == 0
+
+    def prepare(args, steps, scratch):
+        plan = check.selected_plan(run.base, run.head, args.out, None)
+        plan.machine = machine
+        return plan
+
+    monkeypatch.setattr(check, "prepare", prepare)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    out = run.folder / "shard-1"
+    assert run_check(argparse.Namespace(out=out, skip_tests=False, head_user=None)) == 0
     assert json.loads((out / "gate" / "verdict.json").read_text()) == {
         "passed": True, "exit_code": 0, "error": None, "findings": []
     }  # fmt: skip
-    code, verdict, _ = _merge(tmp_path, [out])
+    assert not list((tmp_path / "tmp").iterdir()), "head's scratch folder is gone after the run"
+    code, verdict, _ = _merge(run, tmp_path / "verdict", count=1)
     assert (code, verdict["passed"]) == (0, True), "the verdict job's merge of that one shard"
 
 
-def test_a_merge_leaves_no_earlier_verdict_standing(tmp_path):
-    one, two = two_fake_shards(tmp_path)
-    for shard in (one, two):
-        (shard / "junit").mkdir()
-        (shard / "junit" / "gpu-tests.xml").write_text(JUNIT)
-    assert _merge(tmp_path, [one, two])[0] == 0
-    code, verdict, _ = _merge(tmp_path, [one])  # into the same folder
+def test_a_merge_leaves_no_earlier_verdict_standing(shard_run, tmp_path):
+    run = shard_run()
+    _, two = run.two_shards()
+    assert _merge(run, tmp_path / "verdict")[0] == 0
+    shutil.rmtree(two)
+    code, verdict, _ = _merge(run, tmp_path / "verdict")  # into the same folder
     assert (code, verdict["passed"]) == (2, False)
 
 
@@ -896,10 +1090,11 @@ def test_a_merge_leaves_no_earlier_verdict_standing(tmp_path):
     ],
     ids=["measurements-null", "measurements-no-head", "shard-not-k-of-n", "machine-without-class"],
 )
-def test_a_malformed_shard_fails_the_merge_with_a_report(tmp_path, corrupt):
-    one, two = two_fake_shards(tmp_path)
+def test_a_malformed_shard_fails_the_merge_with_a_report(shard_run, tmp_path, corrupt):
+    run = shard_run()
+    _, two = run.two_shards()
     corrupt(two)
-    code, verdict, text = _merge(tmp_path, [one, two])
+    code, verdict, text = _merge(run, tmp_path / "verdict")
     assert (code, verdict["passed"]) == (2, False) and verdict["error"] and "could not evaluate" in text
 
 
@@ -908,15 +1103,13 @@ def _edit_manifest(shard: Path, changes: dict) -> None:
     (shard / "manifest.json").write_text(json.dumps({**manifest, **changes}))
 
 
-def test_shards_of_another_run_or_runner_fail_the_merge(tmp_path):
-    one, two = two_fake_shards(tmp_path)
+def test_shards_of_another_runner_fail_the_merge(shard_run, tmp_path):
+    run = shard_run()
+    _, two = run.two_shards()
     plan = check.Plan.load(two)
     dataclasses.replace(plan, machine={**plan.machine, "cuda": "12.8"}).save(two)
     with pytest.raises(check.CheckError, match="measures differently"):
-        check.merge_shards([one, two], tmp_path / "merged")
-    dataclasses.replace(plan, head="d" * 40).save(two)
-    with pytest.raises(check.CheckError, match="another run"):
-        check.merge_shards([one, two], tmp_path / "merged")
+        check.merge_shards(run.folder, 2, run.expected(tmp_path / "m"), tmp_path / "m")
 
 
 @pytest.mark.parametrize(("head_tick", "code"), [("1e-5", 0), ("1.2e-5", 1)])
@@ -1072,7 +1265,8 @@ class FakeTests:
 
 def plan_with_tests(tmp_path) -> check.Plan:
     plan = check.Plan("a" * 40, "b" * 40, {}, ["layer_norm"], {}, (1, 1), ["tests/test_layer_norm.py"], [])
-    plan.sides["head"] = {"commit": "b" * 40, "tree": str(tmp_path), "python": "python", "env": {}, "log": "log"}
+    env = isolation.head_env(tmp_path / "scratch")
+    plan.sides["head"] = {"commit": "b" * 40, "tree": str(tmp_path), "python": "python", "env": env, "log": "log"}
     return plan
 
 

@@ -1,7 +1,7 @@
 """``python -m kernelgate.prcheck`` (``nox -s pr-check``): the pull request's GPU status check.
 
     python -m kernelgate.prcheck --base REF --head REF [--full REASON] [--shard K/N] [--out DIR]
-    python -m kernelgate.prcheck merge --out DIR SHARD_DIR...
+    python -m kernelgate.prcheck merge --base SHA --head SHA --shards N [--full REASON] --out DIR SHARDS_DIR
     python -m kernelgate.prcheck remeasure --out DIR --base SHA --head SHA --regex REGEX   (the gate's re-measurement)
     python -m kernelgate.prcheck select --base REF --head REF [--full REASON] [--out DIR]   (no GPU: what would run)
 
@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 
 from kernelgate import cli
-from kernelgate.prcheck import bench, check, selection
+from kernelgate.prcheck import bench, check, isolation, selection
 from kernelgate.prcheck.check import CheckError, Plan, Steps
 
 DEFAULT_WORK = Path(".pr-check")
@@ -32,7 +32,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     rest = argv[1:] if command != "run" else argv
     parser = argparse.ArgumentParser(prog=f"python -m kernelgate.prcheck {command if command != 'run' else ''}".strip())
     parser.add_argument("--out", type=Path, default=DEFAULT_WORK / "out", help="the run's output folder")
-    if command in ("run", "select"):
+    if command in ("run", "select", "merge"):
         parser.add_argument("--base", required=True, help="base commit or ref")
         parser.add_argument("--head", required=True, help="head commit or ref")
         parser.add_argument("--full", metavar="REASON", help="run every group (e.g. a label or main's history)")
@@ -51,8 +51,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         )
         runner = os.environ.get("KERNELGATE_RUNNER_PYTHON", sys.executable)
         parser.add_argument("--runner-python", default=runner, help="the provisioned runner environment's Python")
+        parser.add_argument(
+            "--head-user",
+            default=os.environ.get(isolation.HEAD_USER_ENV) or None,
+            help=f"run head's code as this unprivileged user; the check then runs as root (${isolation.HEAD_USER_ENV})",
+        )
     elif command == "merge":
-        parser.add_argument("shards", type=Path, nargs="+", help="the shards' output folders")
+        parser.add_argument("--shards", type=int, required=True, metavar="N", help="how many shards the run had")
+        parser.add_argument("folder", type=Path, help="the folder holding each shard's output as shard-K")
     elif command == "remeasure":
         parser.add_argument("--base", required=True)
         parser.add_argument("--head", required=True)
@@ -103,9 +109,12 @@ def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: 
         if not plan.groups:
             lines.append("- nothing: no changed path selects a group (pr-check.toml)")
         lines.append("")
-        if plan.judging_changes:  # shown, not applied: the base commit's files judge until the change is merged
-            lines += ["## Changes to the gate's files (they take effect once merged)", "",
-                      *fenced(plan.judging_changes.rstrip("\n"), "diff"), ""]  # fmt: skip
+        if plan.judging_changes:  # base's files judge; of head's changes, only added work and floors apply now
+            lines += ["## Changes to the gate's files", "",
+                      *fenced(plan.judging_changes.rstrip("\n"), "diff"), "",
+                      "The base commit's files judge. What this change adds to them, groups and their tests and "
+                      "benchmarks, and floors, applies now: it can only tighten the check. The rest takes effect "
+                      "once merged.", ""]  # fmt: skip
     if error:
         lines += ["## Error", "", f"**{error}**", "", "The check fails closed.", ""]
     gate_report = out / "gate" / "report.md"
@@ -139,9 +148,10 @@ def run(args: argparse.Namespace) -> int:
     out = args.out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    steps, plan = Steps(), None
+    steps, plan, scratch = Steps(), None, None
     try:
-        plan = check.prepare(args, steps)
+        scratch = isolation.scratch(args.head_user)
+        plan = check.prepare(args, steps, scratch)
         if not plan.groups:
             return finish(out, plan, steps, None, 0)
         with contextlib.nullcontext() if args.skip_tests else check.tests_beside(plan, out, steps):
@@ -152,11 +162,15 @@ def run(args: argparse.Namespace) -> int:
         check.write_results(plan, out, records)
         plan.save(out)  # the gate's re-measurement reads it
         code = check.gate(plan, out, check.junit_files(out), steps)
-    except (CheckError, bench.WorkerError, selection.SelectionError, OSError, subprocess.SubprocessError) as exc:
+    except (CheckError, bench.WorkerError, selection.SelectionError, isolation.IsolationError, OSError,
+            subprocess.SubprocessError) as exc:  # fmt: skip
         return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)
     except Exception as exc:  # a bug or an unforeseen input still leaves a red report, never none
         traceback.print_exc()
         return finish(out, plan, steps, f"internal error: {type(exc).__name__}: {exc}", 2)
+    finally:  # head's tree, environment and caches: fresh for every run
+        if scratch is not None:
+            check.drop_scratch(scratch)
     return finish(out, plan, steps, None, code)
 
 
@@ -197,13 +211,10 @@ def select(args: argparse.Namespace) -> int:
     out.mkdir(parents=True)
     try:
         with steps("select"):
-            base, head = check.commits(args.base, args.head)
-            groups, chosen = check.select_groups(base, head, check.write_trusted(base, out), args.full)
-        plan = Plan(base, head, {}, list(chosen.groups), chosen.reasons, (1, 1), chosen.tests(groups),
-                    chosen.benchmarks(groups), judging_changes=check.judging_changes(base, head))  # fmt: skip
+            plan = check.selected_plan(*check.commits(args.base, args.head), out, args.full)
     except (CheckError, selection.SelectionError, OSError, subprocess.SubprocessError) as exc:
         return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)
-    (out / "selection.json").write_text(json.dumps({"base": base, "head": head, "groups": plan.groups}))
+    (out / "selection.json").write_text(json.dumps({"base": plan.base, "head": plan.head, "groups": plan.groups}))
     if plan.groups:  # the GPU check runs them and gives the verdict
         plan.save(out)
         return 0
@@ -211,19 +222,22 @@ def select(args: argparse.Namespace) -> int:
 
 
 def merge(args: argparse.Namespace) -> int:
-    """One verdict from the shards' folders; a missing, failed or inconsistent shard is red."""
+    """One verdict from the shards' folders, judged by what this process selects and reads from git itself:
+    a missing or failed shard, or one whose manifest disagrees with that selection, is red."""
     out, steps, plan = args.out, Steps(), None
-    if any(out == shard.resolve() or out in shard.resolve().parents for shard in args.shards):
-        raise SystemExit(f"--out {out} would overwrite a shard's folder: merge into another")
+    folder = args.folder.resolve()
+    if out == folder or out in folder.parents or folder in out.parents:
+        raise SystemExit(f"--out {out} and the shards' folder {folder} overlap: merge into another")
     shutil.rmtree(out, ignore_errors=True)  # no verdict of an earlier merge may stand for this one
     out.mkdir(parents=True)
     try:
         with steps("merge shards"):
-            plan = check.merge_shards(args.shards, out)
+            expected = check.selected_plan(*check.commits(args.base, args.head), out, args.full)
+            plan = check.merge_shards(folder, args.shards, expected, out)
         if not plan.groups:
             return finish(out, plan, steps, None, 0)
         code = check.gate(plan, out, check.junit_files(out), steps, recorded=True)
-    except (CheckError, OSError, ValueError) as exc:
+    except (CheckError, selection.SelectionError, OSError, ValueError) as exc:
         return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)
     except Exception as exc:  # a bug or an unforeseen input still leaves a red report, never none
         traceback.print_exc()

@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from kernelgate.prcheck import isolation
+
 ROUNDS = 4  # base/head turns per case; the order alternates each round
 SAMPLES_PER_ROUND = 5  # asv samples per turn: ROUNDS * SAMPLES_PER_ROUND samples per commit and case
 WORKER = Path(__file__).with_name("worker.py")
@@ -53,6 +55,7 @@ class Side:
     python: Path  # its environment's interpreter
     env: dict[str, str]  # its JIT cache folders
     log: Path  # the worker's stderr
+    user: str | None = None  # the user its processes run as (isolation.py); None: as the caller
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -90,11 +93,12 @@ class Worker:
         self.side = side
         side.log.parent.mkdir(parents=True, exist_ok=True)
         self.log = side.log.open("a")
-        env = {**os.environ, **side.env, "PYTHONUNBUFFERED": "1"}
+        env = isolation.environ({**side.env, "PYTHONUNBUFFERED": "1"}, untrusted=side.user is not None)
         argv = [str(side.python), "-P", str(WORKER), str(side.tree / "benchmarks")]
         self.proc = subprocess.Popen(
             argv, cwd=side.tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
             start_new_session=True,  # its own process group: stopping it stops what it started
+            **isolation.popen_user(side.user),
         )  # fmt: skip
 
     def send(self, op: str, **request) -> None:

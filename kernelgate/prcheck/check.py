@@ -7,13 +7,15 @@ the tests' JUnit XML, logs, asv result files and the gate's report. A sharded ru
 stops after its own gate; ``merge`` joins the shards' folders into one verdict.
 
 The code that judges runs from the checkout that started the check; the thresholds and the group
-map are read from the base commit, so a pull request cannot loosen its own check.
+map are read from the base commit, so a pull request cannot loosen its own check, and what head's
+copies add to them is read from git as data and can only add work and floors (``selected_plan``).
+Head's processes run in a scratch folder of their own, as another user where one is given
+(``isolation.py``): nothing they write reaches the output folder.
 """
 
 import contextlib
 import dataclasses
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -24,10 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelgate.measure.parallel import available_cpus, default_jobs
-from kernelgate.prcheck import bench, results, selection
+from kernelgate.prcheck import bench, isolation, results, selection
 from kernelgate.prcheck.environments import RunnerError, overlay
 
 TRUSTED_FILES = ("perf-thresholds.toml", "pr-check.toml")
+# In the output folder: the judging files as the base commit has them, and head's (what it adds, never what it loosens).
+TRUSTED, FROM_HEAD = Path("trusted"), Path("trusted", "head")
 TEST_REPORT = Path("junit", "gpu-tests.xml")  # the GPU tests' JUnit XML, in the output folder
 # In the output folder: each case's first reading, and the gate's re-measurements of some of them.
 MEASUREMENTS, REMEASURED = "measurements.json", "remeasured.json"
@@ -95,9 +99,15 @@ def checkout(repo: Path, commit: str, work: Path) -> Path:
     return tree
 
 
-def cache_env(cache: Path, role: str) -> dict[str, str]:
-    """JIT caches of one role: a pull request's head never writes where base or main's runs read."""
-    root = cache / role
+def drop_scratch(scratch: Path) -> None:
+    """Head's scratch folder gone, its worktree too."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    subprocess.run(["git", "worktree", "prune"], capture_output=True, check=False)
+
+
+def base_cache_env(cache: Path) -> dict[str, str]:
+    """Base's JIT caches, kept between runs; head's are its scratch folder's (``isolation.head_env``)."""
+    root = cache / "base"
     return {
         "TRITON_CACHE_DIR": str(root / "triton"),
         "TILELANG_CACHE_DIR": str(root / "tilelang"),
@@ -161,7 +171,9 @@ class Plan:
 
     def side(self, role: str) -> bench.Side:
         s = self.sides[role]
-        return bench.Side(role, s["commit"], Path(s["tree"]), Path(s["python"]), s["env"], Path(s["log"]))
+        return bench.Side(
+            role, s["commit"], Path(s["tree"]), Path(s["python"]), s["env"], Path(s["log"]), s.get("user")
+        )
 
 
 def commits(base_ref: str, head_ref: str) -> tuple[str, str]:
@@ -172,63 +184,72 @@ def commits(base_ref: str, head_ref: str) -> tuple[str, str]:
     return base, head
 
 
-def write_trusted(base: str, out: Path) -> Path:
-    """The files that judge, as the base commit has them, in ``<out>/trusted``."""
-    trusted = out / "trusted"
-    trusted.mkdir(parents=True, exist_ok=True)
-    for name in TRUSTED_FILES:
-        (trusted / name).write_text(git("show", f"{base}:{name}"))
-    return trusted
+def write_trusted(base: str, head: str, out: Path) -> None:
+    """The files that judge, as base has them in ``<out>/trusted`` and as head has them in ``<out>/trusted/head``,
+    read from git: nothing of either commit runs."""
+    for commit, folder in ((base, out / TRUSTED), (head, out / FROM_HEAD)):
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in TRUSTED_FILES:
+            (folder / name).write_text(git("show", f"{commit}:{name}"))
 
 
-def select_groups(
-    base: str, head: str, trusted: Path, full: str | None
-) -> tuple[selection.GroupMap, selection.Selection]:
-    """The groups the change from base to head selects by the trusted ``pr-check.toml``, printed with why."""
-    groups = selection.load(trusted / "pr-check.toml")
+def selected_plan(base: str, head: str, out: Path, full: str | None) -> "Plan":
+    """What the change from base to head selects: base's group map and what head's adds to it (its new
+    groups, its further tests and benchmarks), printed with why. ``select``, every shard and the merge
+    compute it alike from git, so the merge refuses a shard whose manifest says otherwise."""
+    write_trusted(base, head, out)
+    groups = selection.load(out / TRUSTED / "pr-check.toml")
+    try:
+        groups = selection.with_additions(groups, selection.load(out / FROM_HEAD / "pr-check.toml"))
+    except selection.SelectionError as exc:
+        raise CheckError(f"head's pr-check.toml, whose added groups would run: {exc}") from exc
     changed = git("diff", "--name-only", base, head).split()
     chosen = selection.select(groups, changed, full=full)
     for name in chosen.groups:
         print(f"{name}: {', '.join(chosen.reasons[name][:6])}{' ...' if len(chosen.reasons[name]) > 6 else ''}")
     if not chosen.groups:
         print(f"no group selected by the {len(changed)} changed paths: nothing to run on the GPU")
-    return groups, chosen
+    dates = {role: int(git("show", "-s", "--format=%ct", commit).strip()) * 1000
+             for role, commit in (("base", base), ("head", head))}  # fmt: skip
+    return Plan(base, head, {}, list(chosen.groups), chosen.reasons, (1, 1), chosen.tests(groups),
+                chosen.benchmarks(groups), dates=dates, judging_changes=judging_changes(base, head))  # fmt: skip
 
 
-def prepare(args, steps: Steps) -> Plan:
-    """The environment and selection steps."""
+def prepare(args, steps: Steps, scratch: Path) -> Plan:
+    """The environment and selection steps. Head's worktree, environment and JIT caches go in ``scratch``
+    (``isolation.scratch``), its processes run as ``args.head_user``."""
     out = args.out
     with steps("environment"):
         if not has_gpu():
             raise CheckError(NO_GPU_GROUPS)
         repo = Path(git("rev-parse", "--show-toplevel").strip())
         base, head = commits(args.base, args.head)
-        trusted = write_trusted(base, out)
         machine = machine_entry()
+        places = {"base": (args.work, base_cache_env(args.cache), None),
+                  "head": (scratch, isolation.head_env(scratch), args.head_user)}  # fmt: skip
         sides = {}
         for role, commit in (("base", base), ("head", head)):
-            tree = checkout(repo, commit, args.work)
+            work, env, user = places[role]
+            tree = checkout(repo, commit, work)
+            as_user = isolation.popen_user(user)
+            if as_user:  # head's own tree: its build and tests may write there, and nowhere else
+                subprocess.run(["chown", "-R", f"{as_user['user']}:{as_user['group']}", str(tree)], check=True)
             try:
-                python = overlay(args.runner_python, tree, args.work / "envs" / commit[:12])
+                env_args = {**as_user, "env": isolation.environ(env, untrusted=user is not None)}
+                python = overlay(args.runner_python, tree, work / "envs" / commit[:12], env_args)
             except RunnerError as exc:
                 raise CheckError(str(exc)) from exc
             log = out / "logs" / f"{role}-worker.log"
             sides[role] = {"commit": commit, "tree": str(tree), "python": str(python),
-                           "env": cache_env(args.cache, role), "log": str(log)}  # fmt: skip
-            print(f"{role}: {commit[:12]} in {tree}, {python}", flush=True)
+                           "env": env, "log": str(log), "user": user}  # fmt: skip
+            print(f"{role}: {commit[:12]} in {tree}, {python}{f', as {user}' if user else ''}", flush=True)
         print(f"machine: {machine['machine']} ({machine.get('gpu')}, driver {machine.get('gpu_driver')})", flush=True)
     with steps("select"):
-        groups, chosen = select_groups(base, head, trusted, args.full)
-    dates = {
-        role: int(git("show", "-s", "--format=%ct", commit).strip()) * 1000
-        for role, commit in (("base", base), ("head", head))
-    }
-    benchmarks = chosen.benchmarks(groups)
-    changes = judging_changes(base, head)
+        plan = selected_plan(base, head, out, args.full)
     if args.bench:  # narrowed by hand: every selected pattern, and this one too
-        benchmarks = [f"(?={pattern})(?=.*?(?:{args.bench}))" for pattern in benchmarks]
-    return Plan(base, head, machine, list(chosen.groups), chosen.reasons, args.shard,
-                chosen.tests(groups), benchmarks, sides, dates, judging_changes=changes)  # fmt: skip
+        plan.benchmarks = [f"(?={pattern})(?=.*?(?:{args.bench}))" for pattern in plan.benchmarks]
+    plan.machine, plan.shard, plan.sides = machine, args.shard, sides
+    return plan
 
 
 @contextlib.contextmanager
@@ -241,7 +262,8 @@ def tests_beside(plan: Plan, out: Path, steps: Steps):
         return
     head = plan.side("head")
     k, n = plan.shard
-    junit, log_path = out / TEST_REPORT, out / "logs" / "gpu-tests.log"
+    # pytest is head's code: it writes its report where head may write, and the check copies it out.
+    junit, log_path = Path(head.env["HOME"]) / TEST_REPORT.name, out / "logs" / "gpu-tests.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # Correctness only: pytest-benchmark's timing is off (it would warn once per xdist worker). loadgroup:
     # the tests that build one kernel run on one worker (tests/conftest.py groups them), the others one by one.
@@ -251,9 +273,10 @@ def tests_beside(plan: Plan, out: Path, steps: Steps):
             f"--junitxml={junit}"]  # fmt: skip
     print(f"GPU tests started beside the next steps (log: {log_path})", flush=True)
     start = time.perf_counter()
-    env = {**os.environ, **head.env}
+    env = isolation.environ(head.env, untrusted=head.user is not None)
     with log_path.open("w") as log:
-        proc = subprocess.Popen(argv, cwd=head.tree, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=head.tree, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                **isolation.popen_user(head.user))  # fmt: skip
     try:
         yield
     except BaseException:
@@ -261,6 +284,9 @@ def tests_beside(plan: Plan, out: Path, steps: Steps):
         raise
     finally:
         code = proc.wait()
+        if junit.is_file():
+            (out / TEST_REPORT).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(junit, out / TEST_REPORT)
         seconds = time.perf_counter() - start
         # 1: a test failed, 5: this shard drew none. Failures are the gate's to judge, from the JUnit XML.
         outcome = "ok" if code in (0, 1, 5) else "failed"
@@ -303,8 +329,9 @@ def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[bench.Case]]) -> Non
             log = stack.enter_context(log_path.open("w"))
             warm_cases = log_path.with_name(f"{role}-warm-cases.json")
             warm_cases.write_text(json.dumps([[c.kind, c.values] for c in cases[role]]))
-            env = {**os.environ, **side.env, WARM_CASES_ENV: str(warm_cases)}
-            proc = subprocess.Popen(argv, cwd=side.tree, env=env, stdout=log, stderr=subprocess.STDOUT)
+            env = isolation.environ({**side.env, WARM_CASES_ENV: str(warm_cases)}, untrusted=side.user is not None)
+            proc = subprocess.Popen(argv, cwd=side.tree, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    **isolation.popen_user(side.user))  # fmt: skip
             stack.callback(proc.kill)  # a no-op once it has exited; an interrupted check leaves no compiler behind
             running.append((role, proc, log_path))
         for role, proc, log_path in running:
@@ -416,37 +443,57 @@ def junit_files(out: Path) -> list[Path]:
 RUNNER_KEYS = ("machine", "arch", "cpu", "num_cpu", "os", "ram")
 
 
-def merge_shards(shard_dirs: list[Path], out: Path) -> Plan:
-    """The shards' measurements as one run in ``out``: every shard present once, all of one run,
-    every selected case measured by exactly one of them."""
+# The manifest's fields that must equal what the merge selects itself.
+SELECTION_FIELDS = ("base", "head", "groups", "tests", "benchmarks")
+
+
+def shard_folders(folder: Path, count: int) -> list[Path]:
+    """``folder/shard-1`` .. ``shard-N``, each present, and nothing else that claims to be a shard."""
+    wanted = [folder / f"shard-{k}" for k in range(1, count + 1)]
+    missing = [d.name for d in wanted if not (d / "manifest.json").is_file()]
+    if missing:
+        raise CheckError(f"{', '.join(missing)} of {count} left no results in {folder}: "
+                         "its GPU job failed, was cancelled or never ran")  # fmt: skip
+    extra = sorted(d.name for d in folder.iterdir() if d not in wanted)
+    if extra:
+        raise CheckError(f"{folder} holds {', '.join(extra)} beside the {count} shards the run had")
+    return wanted
+
+
+def merge_shards(folder: Path, count: int, expected: "Plan", out: Path) -> Plan:
+    """The shards' measurements as one run in ``out``, judged by ``expected``, the selection this process made
+    (``selected_plan``, which also wrote the judging files into ``out``): every shard present once, each one's
+    manifest that selection, every selected case measured by exactly one of them."""
+    shard_dirs = shard_folders(folder, count)
     plans = [Plan.load(d) for d in shard_dirs]
     first = plans[0]
     runner_free = lambda machine: {k: v for k, v in machine.items() if k not in RUNNER_KEYS}
-    for d, p in zip(shard_dirs, plans, strict=True):
-        if (p.base, p.head, p.groups, p.benchmarks) != (first.base, first.head, first.groups, first.benchmarks):
-            raise CheckError(f"{d} is a shard of another run ({p.base[:12]}..{p.head[:12]}, groups {p.groups})")
+    for k, (d, p) in enumerate(zip(shard_dirs, plans, strict=True), start=1):
+        for field in SELECTION_FIELDS:
+            if getattr(p, field) != getattr(expected, field):
+                raise CheckError(f"{d.name}'s manifest is not of this selection: its {field} is {getattr(p, field)!r}, "
+                                 f"the selection's {getattr(expected, field)!r}")  # fmt: skip
+        if tuple(p.shard) != (k, count):
+            raise CheckError(f"{d.name}'s manifest says shard {p.shard[0]}/{p.shard[1]}, not {k}/{count}")
         if runner_free(p.machine) != runner_free(first.machine):
             keys = runner_free(first.machine) | runner_free(p.machine)
             diff = {
                 k: (first.machine.get(k), p.machine.get(k)) for k in keys if first.machine.get(k) != p.machine.get(k)
             }
             raise CheckError(f"{d} ran on a runner that measures differently: {diff}")
-    count = first.shard[1]
-    got = sorted(p.shard[0] for p in plans)
-    if any(p.shard[1] != count for p in plans) or got != list(range(1, count + 1)):
-        raise CheckError(f"expected shards 1..{count} once each, got {[f'{p.shard[0]}/{p.shard[1]}' for p in plans]}")
     machine = {**first.machine, "machine": f"{first.machine['gpu_class'].lower()}-shards"}
     steps = [[f"shard {p.shard[0]}: {name}", *rest] for p in plans for name, *rest in p.steps]
-    if not first.groups:  # the change selects nothing: no shard tested or measured anything
-        return dataclasses.replace(first, machine=machine, shard=(0, count), steps=steps)
+    merged = dataclasses.replace(expected, machine=machine, shard=(0, count), steps=steps)
+    if not expected.groups:  # the change selects nothing: no shard tested or measured anything
+        return merged
     for d, p in zip(shard_dirs, plans, strict=True):
         if read_suites(d) != read_suites(shard_dirs[0]):
             raise CheckError(f"{d} discovered other suites than {shard_dirs[0]}")
         if p.tests and not complete_test_report(d / TEST_REPORT):
             raise CheckError(f"{d}: shard {p.shard[0]} has no complete report of its GPU tests (killed, or skipped)")
-    bounded = bounded_tracks(shard_dirs[0] / "trusted", first.machine["gpu_class"])
-    chosen = chosen_cases(read_suites(shard_dirs[0]), first.benchmarks, bounded)
-    expected = {role: {c.id for c in cases} for role, cases in chosen.items()}
+    bounded = bounded_tracks(out / TRUSTED, first.machine["gpu_class"])
+    chosen = chosen_cases(read_suites(shard_dirs[0]), expected.benchmarks, bounded)
+    expected_cases = {role: {c.id for c in cases} for role, cases in chosen.items()}
     records: dict[str, dict] = {"base": {}, "head": {}}
     again: dict[str, dict] = {"base": {}, "head": {}}
     for d, p in zip(shard_dirs, plans, strict=True):
@@ -462,17 +509,15 @@ def merge_shards(shard_dirs: list[Path], out: Path) -> Plan:
             records[role].update(measured[role])
             again[role].update(fresh[role])
     for role in records:
-        missing = expected[role] - set(records[role])
+        missing = expected_cases[role] - set(records[role])
         if missing:
             raise CheckError(f"{len(missing)} {role} cases no shard measured, e.g. {sorted(missing)[0]}")
-    for name in ("trusted", "suites"):
-        shutil.copytree(shard_dirs[0] / name, out / name, dirs_exist_ok=True)
+    shutil.copytree(shard_dirs[0] / "suites", out / "suites", dirs_exist_ok=True)
     for d, p in zip(shard_dirs, plans, strict=True):
         for xml in junit_files(d):
             (out / "junit").mkdir(exist_ok=True)
             shutil.copy(xml, out / "junit" / f"shard-{p.shard[0]}-{xml.name}")
-    cases = {role: sorted(records[role]) for role in records}
-    plan = dataclasses.replace(first, machine=machine, shard=(0, count), cases=cases, steps=steps)
+    plan = dataclasses.replace(merged, cases={role: sorted(records[role]) for role in records})
     (out / MEASUREMENTS).write_text(json.dumps(records))
     (out / REMEASURED).write_text(json.dumps(again))
     write_results(plan, out, records)  # first readings: the merge's gate re-measures from the shards' records

@@ -41,9 +41,11 @@ def overlay_python(dest: Path) -> Path:
     return dest / "bin" / "python"
 
 
-def overlay(python: str, tree: Path, dest: Path) -> Path:
+def overlay(python: str, tree: Path, dest: Path, as_user: dict | None = None) -> Path:
     """A virtualenv at ``dest`` that sees ``python``'s packages and has ``tree`` installed
-    editable; returns its interpreter. Reused when it already serves the same tree and runner."""
+    editable; returns its interpreter. Reused when it already serves the same tree and runner.
+    ``as_user`` (``subprocess`` arguments, with ``env``) runs the build, which is the tree's own code,
+    as that tree's user."""
     runner = describe(python)
     missing = runner.pop("missing")
     if missing:
@@ -55,12 +57,13 @@ def overlay(python: str, tree: Path, dest: Path) -> Path:
     marker = dest / MARKER
     if marker.is_file() and json.loads(marker.read_text()) == wanted:
         return overlay_python(dest)
-    subprocess.run([runner["base"], "-m", "venv", "--clear", "--without-pip", str(dest)], check=True)
+    as_user = as_user or {}
+    subprocess.run([runner["base"], "-m", "venv", "--clear", "--without-pip", str(dest)], check=True, **as_user)
     site = dest / "lib" / f"python{runner['version']}" / "site-packages"
     # A .pth line is appended to sys.path: the overlay's own packages (the checkout) come first.
     (site / "_kernelgate_runner.pth").write_text("".join(f"{p}\n" for p in runner["site"]))
-    install = ["-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", str(tree)]
-    subprocess.run([str(overlay_python(dest)), *install], check=True)
+    install = ["-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "--no-cache-dir"]
+    subprocess.run([str(overlay_python(dest)), *install, "-e", str(tree)], check=True, **as_user)
     marker.write_text(json.dumps(wanted, indent=1))
     return overlay_python(dest)
 

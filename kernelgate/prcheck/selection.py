@@ -3,6 +3,10 @@
 A changed path selects the groups whose ``paths`` match it; ``everything`` selects every group;
 ``ignore`` selects none. A path that nothing names selects every group, so an unforeseen file
 never narrows the check. Globs follow ``fnmatch``: ``*`` and ``**`` both match across folders.
+
+The map is the base commit's. What head's map adds to it (``with_additions``) can only add work: a
+group head adds always runs, and a group both have runs head's further tests and benchmarks too;
+head's paths, ``everything`` and ``ignore`` never decide what runs.
 """
 
 import dataclasses
@@ -28,6 +32,7 @@ class GroupMap:
     groups: dict[str, Group]
     everything: tuple[str, ...]
     ignore: tuple[str, ...]
+    added: tuple[str, ...] = ()  # groups head's map adds: always selected, their paths claim nothing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +74,21 @@ def load(path: Path) -> GroupMap:
     return GroupMap(groups, _strings(data, "everything", str(path)), _strings(data, "ignore", str(path)))
 
 
+def with_additions(base: GroupMap, head: GroupMap) -> GroupMap:
+    """Base's map with what head's adds: its new groups, and its further tests and benchmarks of groups both have."""
+    groups = dict(base.groups)
+    for name, theirs in head.groups.items():
+        if name in groups:
+            ours = groups[name]
+            union = lambda a, b: tuple(dict.fromkeys(a + b))
+            groups[name] = dataclasses.replace(
+                ours, tests=union(ours.tests, theirs.tests), benchmarks=union(ours.benchmarks, theirs.benchmarks)
+            )
+    added = tuple(name for name in head.groups if name not in base.groups)
+    groups.update({name: head.groups[name] for name in added})
+    return dataclasses.replace(base, groups=groups, added=added)
+
+
 def _matches(path: str, globs: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(path, g) for g in globs)
 
@@ -78,8 +98,12 @@ def select(groups: GroupMap, changed: list[str], full: str | None = None) -> Sel
     reasons: dict[str, list[str]] = {name: [] for name in groups.groups}
     if full:
         return Selection(tuple(groups.groups), {name: [full] for name in groups.groups})
+    for name in groups.added:
+        reasons[name].append("the pull request adds this group")
     for path in changed:
-        claimed = [name for name, group in groups.groups.items() if _matches(path, group.paths)]
+        claimed = [
+            name for name, group in groups.groups.items() if name not in groups.added and _matches(path, group.paths)
+        ]
         if _matches(path, groups.everything):
             why = f"{path} (affects every group)"
         elif claimed:
