@@ -27,15 +27,15 @@ sys.path.insert(0, str(ROOT))  # kernelgate.prcheck.environments: standard libra
 from kernelgate.prcheck.environments import RunnerError, overlay  # noqa: E402
 
 RUNNER_LOCK = ROOT / "requirements" / "runner.txt"
+# What the sessions that read recorded results (the selection, the merge of the shards, the gate, the HTML
+# history) install: asv and matplotlib, no kernel stack, hash-pinned for the jobs that hold write tokens.
+VERDICT_LOCK = ROOT / "requirements" / "verdict.txt"
 # CPU-only machines get torch's CPU build, from PyTorch's CPU index: PyPI's Linux torch is the CUDA
 # build (several GB), which also requires its own Triton, not the lock's. Nothing timed there is
 # compared with anything, so this is not a pin the numbers depend on.
 CPU_TORCH = "torch==2.13.0+cpu"
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 FROM_LOCK_ON_CPU = ("triton", "tilelang", "numpy", "asv", "asv-runner", "matplotlib")
-# Reading recorded results (the gate, the merge of the shards, the HTML history) needs asv and matplotlib:
-# no kernel stack.
-FROM_LOCK_FOR_RESULTS = ("asv", "asv-runner", "matplotlib")
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "virtualenv"
@@ -74,11 +74,11 @@ def install(session: nox.Session, *extras: str) -> str:
 
 def install_for_results(session: nox.Session) -> str:
     """``install`` for sessions that read recorded results: no torch, Triton or TileLang, so that a
-    GitHub-hosted job gives the verdict without downloading them."""
+    GitHub-hosted job gives the verdict without downloading them. The checkout is not installed: these
+    sessions run ``python -m`` from it, building nothing."""
     if session.venv_backend == "none":
-        return install(session)
-    session.install(*map(lock_pin, FROM_LOCK_FOR_RESULTS))
-    session.install("--no-deps", "-e", ".")
+        return sys.executable
+    session.install("--require-hashes", "-r", str(VERDICT_LOCK))
     return str(Path(session.bin) / "python")
 
 
@@ -218,9 +218,12 @@ def results(session: nox.Session) -> None:
 
 @nox.session
 def lock(session: nox.Session) -> None:
-    """Re-lock the GPU runner's environment: requirements/runner.in -> requirements/runner.txt (hashes)."""
+    """Re-lock, with hashes: the GPU runner's environment (requirements/runner.in -> runner.txt) and the
+    tools that select and judge (verdict.in -> verdict.txt)."""
     session.install("uv")
-    session.run(
-        "uv", "pip", "compile", "requirements/runner.in", "--generate-hashes", "--python-version", "3.12",
-        "--python-platform", "x86_64-manylinux_2_28", "-o", str(RUNNER_LOCK),
-    )  # fmt: skip
+    # The runner's Python; the verdict's tools for the oldest Python the project supports (they install on newer).
+    for lock_file, python in ((RUNNER_LOCK, "3.12"), (VERDICT_LOCK, "3.11")):
+        session.run(
+            "uv", "pip", "compile", str(lock_file.with_suffix(".in")), "--generate-hashes", "--python-version", python,
+            "--python-platform", "x86_64-manylinux_2_28", "-o", str(lock_file),
+        )  # fmt: skip
