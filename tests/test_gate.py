@@ -220,12 +220,22 @@ class Gate:
         return next((self.results / MACHINE).glob(f"{commit[:8]}-*.json"))
 
     def run(
-        self, *extra: str, junit: str | None = PASSING_JUNIT, thresholds: str = SMALL_THRESHOLDS, base=BASE, head=HEAD
+        self,
+        *extra: str,
+        junit: str | None = PASSING_JUNIT,
+        thresholds: str = SMALL_THRESHOLDS,
+        head_thresholds: str | None = None,
+        base=BASE,
+        head=HEAD,
     ):
-        """(exit code, verdict.json) of ``python -m kernelgate.gate``."""
+        """(exit code, verdict.json) of ``python -m kernelgate.gate``; ``thresholds`` are base's, ``head_thresholds``
+        head's file (not given when None)."""
         (self.root / "thresholds.toml").write_text(thresholds)
         args = ["--base", base, "--head", head, "--machine", MACHINE, "--results-dir", str(self.results)]
         args += ["--thresholds", str(self.root / "thresholds.toml"), "--out", str(self.out)]
+        if head_thresholds is not None:
+            (self.root / "head-thresholds.toml").write_text(head_thresholds)
+            args += ["--head-thresholds", str(self.root / "head-thresholds.toml")]
         if junit is not None:
             (self.root / "junit.xml").write_text(junit)
             args += ["--junit", str(self.root / "junit.xml")]
@@ -540,6 +550,190 @@ def test_removals_are_judged_whatever_the_selection_measured(gate, selected):
     base_suite = write_removal(gate)
     code, verdict = gate.run("--no-confirm", "--base-suite", str(base_suite), "--bench", selected)
     assert code == 1 and [f["case"] for f in failed(verdict, "removed")] == [REMOVED.label]
+
+
+# --- rules head's thresholds file adds -------------------------------------------------
+
+RMS_TIME = "bench_rms_norm.RMSNorm.time_rms_norm"
+RMS_SPEEDUP = "bench_rms_norm.RMSNormMetrics.track_speedup_vs_torch"
+ADDED_SPACE = {  # head's suite: SMALL_SPACE and a new kernel's benchmarks
+    **SMALL_SPACE,
+    RMS_TIME: Bench({"shape": ["4096x4096"], "impl": ["triton", "torch"]}, "seconds"),
+    RMS_SPEEDUP: Bench({"shape": ["4096x4096"]}, "x"),
+}
+RMS_SPEEDUP_CASE = Case(RMS_SPEEDUP, (("shape", "'4096x4096'"),))
+RMS_TORCH_TIME = Case(RMS_TIME, (("shape", "'4096x4096'"), ("impl", "'torch'")))
+TORCH_TIME = ln_case(LN_TIME, "4096x5000", "torch")
+
+
+def head_adds(rule: str, base: str = SMALL_THRESHOLDS) -> str:
+    """Head's perf-thresholds.toml: ``base``'s and one more rule (head's rule #3 after SMALL_THRESHOLDS)."""
+    return f'{base}\n[[rule]]\nwhy = "added by head"\n{rule}\n'
+
+
+def write_addition(gate: Gate, base=None, head=None) -> str:
+    """Base's results over SMALL_SPACE, head's over ADDED_SPACE; returns the --base-suite option's value."""
+    write_results(gate.results, BASE, SMALL_SPACE, base)
+    write_results(gate.results, HEAD, ADDED_SPACE, head)  # the results dir's benchmarks.json: head's suite
+    return str(write_suite(gate.root / "base-benchmarks.json", SMALL_SPACE))
+
+
+RMS_FLOOR = head_adds(f'benchmark = "{RMS_SPEEDUP}"\nmin = 1.2')
+ADDS_SECTION = "### Rules this pull request adds (judged now: they can only tighten)"
+
+
+def new_floors(verdict: dict) -> list[dict]:
+    return [f for f in verdict["findings"] if f["check"] == "floor" and f["benchmark"] == RMS_SPEEDUP]
+
+
+@pytest.mark.parametrize(("speedup", "expected"), [(1.10, "fail"), (1.30, "pass")])
+def test_a_floor_head_adds_judges_a_new_benchmark(gate, speedup, expected):
+    base_suite = write_addition(gate, head={RMS_SPEEDUP_CASE: speedup})
+    code, verdict = gate.run("--no-confirm", "--base-suite", base_suite, head_thresholds=RMS_FLOOR)
+    (floor,) = new_floors(verdict)
+    report = (gate.out / "report.md").read_text()
+    assert (code, floor["verdict"]) == (1 if expected == "fail" else 0, expected), verdict
+    assert floor["reason"].endswith(": added by head (head's rule #3, added by this pull request)")
+    assert verdict["head_rules"] == [f"head's rule #3 ({RMS_SPEEDUP}): added by head"]
+    assert f"{ADDS_SECTION}\n" in report and f"\n- head's rule #3 ({RMS_SPEEDUP}): added by head\n" in report
+
+
+def test_without_head_thresholds_the_gate_judges_as_before(gate):
+    base_suite = write_addition(gate, head={RMS_SPEEDUP_CASE: 1.10})
+    code, verdict = gate.run("--no-confirm", "--base-suite", base_suite)
+    assert (code, new_floors(verdict), verdict["head_rules"]) == (0, [], [])
+    assert ADDS_SECTION not in (gate.out / "report.md").read_text()
+
+
+def test_a_floor_head_adds_applies_to_a_case_base_has(gate):
+    gate.write()
+    code, verdict = gate.run(head_thresholds=head_adds(f'benchmark = "{LN_SPEEDUP}"\nmin = 2.0'))
+    breaches = failed(verdict, "floor")
+    assert code == 1
+    assert len(breaches) == 2 and all("(head's rule #3, added by this pull request)" in f["reason"] for f in breaches)
+    assert "head's rule #3, added by this pull request" in (gate.out / "report.md").read_text()
+
+
+BASE_LIMIT = f"""{SMALL_THRESHOLDS}
+[[rule]]
+why = "base's own limit"
+benchmark = "{LN_TIME}"
+max_slowdown = 0.08
+"""
+
+
+@pytest.mark.parametrize(
+    ("base", "limit"), [(SMALL_THRESHOLDS, "≤ +5%"), (BASE_LIMIT, "≤ +8%")], ids=["default", "rule"]
+)
+def test_a_max_slowdown_head_adds_does_not_loosen_a_case_base_has(gate, base, limit):
+    """Head's rule comes last, where the last matching rule would win: base's limit stays."""
+    gate.write(head={TWO_PASS_TIME: samples(1.10e-3, "slow")})
+    code, verdict = gate.run(
+        thresholds=base, head_thresholds=head_adds(f'benchmark = "{LN_TIME}"\nmax_slowdown = 0.5', base)
+    )
+    (regression,) = failed(verdict, "slowdown")
+    assert code == 1
+    assert (regression["case"], regression["limit"]) == (TWO_PASS_TIME.label, limit)
+    assert "added by head" not in regression["reason"]
+
+
+def test_a_max_slowdown_head_adds_on_a_new_benchmark_is_harmless(gate):
+    base_suite = write_addition(gate)
+    head_thresholds = head_adds(f'benchmark = "{RMS_TIME}"\nmax_slowdown = 0.5')
+    code, verdict = gate.run("--no-confirm", "--base-suite", base_suite, head_thresholds=head_thresholds)
+    new = [f for f in verdict["findings"] if f["benchmark"] == RMS_TIME]
+    assert code == 0, verdict
+    assert [(f["verdict"], f["reason"]) for f in new] == [("warn", "new in head: not compared")] * 2
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"), [(TORCH_TIME, 1), (RMS_TORCH_TIME, 0)], ids=["case-base-has", "new-case"]
+)
+def test_a_may_skip_head_adds_excuses_a_nan_on_a_new_case_only(gate, case, expected):
+    base_suite = write_addition(gate, base={TORCH_TIME: float("nan")}, head={case: float("nan")})  # base skips it too
+    base = with_defaults("min_compared = 0.8\n")  # one case of seven is not compared
+    head_thresholds = head_adds('benchmark = "bench_*.time_*"\nparams = { impl = "torch" }\nmay_skip = true', base)
+    code, verdict = gate.run(
+        "--no-confirm", "--base-suite", base_suite, thresholds=base, head_thresholds=head_thresholds
+    )
+    assert code == expected, verdict
+    assert [(f["case"], f["reason"]) for f in failed(verdict, "crashed")] == (
+        [(TORCH_TIME.label, "head returned nan (NaN: skipped, or an invalid measurement)")] if expected else []
+    )
+
+
+REORDERED = f"""
+[[rule]]
+not_slower_than = {{ impl = ["region", "elem"] }}
+benchmark = "{ATT_TIME}"
+params = {{ impl = "tma" }}
+why = "TMA-reduce must stay the fastest"
+
+[defaults]
+gpu_classes = ["H100", "H200"]
+max_slowdown = 0.5
+
+[[rule]]
+min = 1.16
+why = "the two-pass floor"
+benchmark = "{LN_SPEEDUP}"
+gpu_class = ["H100", "H200"]
+params = {{ direction = "fwd", variant = "two_pass" }}
+"""
+
+
+def test_head_rules_are_those_base_lacks_as_parsed_tables(gate):
+    """Reordered rules add nothing, and head's [defaults] are not used; an edited rule is added, base's stays."""
+    gate.write(head={TWO_PASS_TIME: samples(1.10e-3, "slow"), TWO_PASS_SPEEDUP: 1.18})
+    code, verdict = gate.run(head_thresholds=REORDERED)
+    assert code == 1 and verdict["head_rules"] == []
+    assert [f["limit"] for f in failed(verdict, "slowdown")] == ["≤ +5%"]
+    edited = SMALL_THRESHOLDS.replace("min = 1.16", "min = 1.2")
+    code, verdict = gate.run(head_thresholds=edited)
+    assert verdict["head_rules"] == [
+        f"head's rule #1 ({LN_SPEEDUP} [variant=two_pass, direction=fwd]): the two-pass floor"
+    ]
+    floors = {
+        (f["limit"], f["verdict"])
+        for f in verdict["findings"]
+        if f["check"] == "floor" and f["case"] == TWO_PASS_SPEEDUP.label
+    }
+    assert floors == {("≥ 1.16", "pass"), ("≥ 1.2", "fail")}
+
+
+@pytest.mark.parametrize(
+    ("head_thresholds", "reason"),
+    [
+        (SMALL_THRESHOLDS + "[[rule]\n", "is not valid TOML"),
+        (head_adds(f'benchmark = "{LN_SPEEDUP}"\nmni = 1.0'), "perf thresholds: rule #3: unknown keys ['mni']"),
+        (
+            head_adds(f'benchmark = "{LN_SPEEDUP}"\ngpu_class = "H300"\nmin = 1.0').replace(
+                'gpu_classes = ["H100", "H200"]', 'gpu_classes = ["H100", "H200", "H300"]'
+            ),
+            f"perf thresholds: head's rule #3 ({LN_SPEEDUP}): gpu_class 'H300' matches none of ['H100', 'H200']",
+        ),
+    ],
+    ids=["invalid-toml", "unknown-key", "gpu-class-base-lacks"],
+)
+def test_a_bad_head_thresholds_file_fails_closed_naming_it(gate, head_thresholds, reason):
+    gate.write()
+    code, verdict = gate.run(head_thresholds=head_thresholds)
+    assert code == 2
+    assert verdict["error"].startswith(
+        f"head's perf thresholds (--head-thresholds {gate.root / 'head-thresholds.toml'}): "
+    )
+    assert reason in verdict["error"]
+    assert verdict["error"] in (gate.out / "report.md").read_text()
+
+
+def test_a_rule_head_adds_that_matches_nothing_fails(gate):
+    gate.write()
+    code, verdict = gate.run(
+        head_thresholds=head_adds(f'benchmark = "{LN_SPEEDUP}"\nparams = {{ variant = "two-pass" }}\nmin = 1.0')
+    )
+    (error,) = failed(verdict, "config")
+    assert code == 1
+    assert error["reason"] == f"head's rule #3 ({LN_SPEEDUP} [variant=two-pass]) matches no benchmark case"
 
 
 # --- fail closed: the gate cannot evaluate -----------------------------------------

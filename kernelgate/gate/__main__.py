@@ -14,7 +14,7 @@ from kernelgate.gate.checks import evaluate
 from kernelgate.gate.confirm import DEFAULT_CONFIRM_CMD, confirmed, remeasure, runs_once
 from kernelgate.gate.findings import Finding, Outcome
 from kernelgate.gate.report import publish
-from kernelgate.gate.thresholds import load_thresholds
+from kernelgate.gate.thresholds import Thresholds, load_thresholds, with_head_rules
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -52,7 +52,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="benchmarks.json written from base's own checkout (the results dir's describes head's suite): "
         "its cases that head's suite lacks were removed by the pull request",
     )
-    parser.add_argument("--thresholds", type=Path, default=Path("perf-thresholds.toml"))
+    parser.add_argument(
+        "--thresholds", type=Path, default=Path("perf-thresholds.toml"), help="base's perf-thresholds.toml"
+    )
+    parser.add_argument(
+        "--head-thresholds",
+        type=Path,
+        help="head's perf-thresholds.toml: its rules that base's lacks are judged too, and on cases base has "
+        "only their min, max and not_slower_than (they can only tighten); its [defaults] are not used",
+    )
     parser.add_argument(
         "--out", type=Path, default=Path("gate-report"), help="folder for report.md, verdict.json, ratios.png"
     )
@@ -121,7 +129,7 @@ def judge(args: argparse.Namespace) -> Outcome:
     outcome = Outcome(args.machine, args.base, args.head, findings=tuple(correctness))
     try:
         _check_args(args)
-        thresholds = load_thresholds(args.thresholds)
+        thresholds = _thresholds(args)
         base, head = _load(args)
 
         def rerun(suspects: list[Finding]) -> list[Finding]:
@@ -133,7 +141,15 @@ def judge(args: argparse.Namespace) -> Outcome:
             findings = confirmed(findings, rerun)
     except GateError as exc:
         return dataclasses.replace(outcome, error=str(exc))
-    return Outcome(args.machine, base.commit, head.commit, tuple(findings), gpu=str(head.machine["gpu"]))
+    added = tuple(f"{rule.label}: {rule.why}" for rule in thresholds.rules if rule.from_head)
+    return Outcome(
+        args.machine, base.commit, head.commit, tuple(findings), gpu=str(head.machine["gpu"]), head_rules=added
+    )
+
+
+def _thresholds(args: argparse.Namespace) -> Thresholds:
+    thresholds = load_thresholds(args.thresholds)
+    return thresholds if args.head_thresholds is None else with_head_rules(thresholds, args.head_thresholds)
 
 
 def _load(args: argparse.Namespace) -> tuple[Run, Run]:

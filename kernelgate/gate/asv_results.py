@@ -12,6 +12,7 @@ that is not what asv writes is a GateError naming it.
 
 import ast
 import dataclasses
+import functools
 import itertools
 import math
 import re
@@ -101,6 +102,11 @@ class Run:
     @property
     def benchmarks(self) -> set[str]:
         return {case.benchmark for case in self.measurements}
+
+    @functools.cached_property
+    def cases(self) -> frozenset[Case]:
+        """Every case the commit is known to have: its suite's (where known) and its results'."""
+        return (self.suite or frozenset()).union(self.measurements)
 
     def selected(self, patterns: list[str], ids: frozenset[str] = frozenset()) -> "Run":
         """Only the measurements of the cases asv's ``--bench`` would select with these regexes, and those

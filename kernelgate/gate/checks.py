@@ -5,6 +5,8 @@
   a selection measured);
 * availability: every case of base is in head, and head measured each one (a case
   measured at base may not be skipped at head);
+* head's rules: a rule head's thresholds file adds (``Rule.from_head``) only tightens a case base
+  has: its ``max_slowdown`` and ``may_skip`` count on cases new in head only;
 * validity: no time_* value or sample of base or head is at or below 0 s;
 * bounds: ``min`` / ``max`` on head's values;
 * slowdown: head vs base on every time_* case: head's median over base's beyond
@@ -61,7 +63,7 @@ def unmatched(thresholds: Thresholds, head: Run) -> list[Finding]:
 
 def removals(thresholds: Thresholds, base: Run, head: Run, selection: bool) -> list[Finding]:
     """Cases of base's suite (or base's results) that head's suite lacks: the pull request removed them."""
-    removed = sorted((base.suite or frozenset()).union(base.measurements) - head.suite, key=lambda c: c.asv_id)
+    removed = sorted(base.cases - head.suite, key=lambda c: c.asv_id)
     findings = [_removal(thresholds, case) for case in removed]
     for glob in [] if selection else thresholds.removed:
         if not any(fnmatch.fnmatchcase(case.asv_id, glob) for case in removed):
@@ -91,6 +93,12 @@ def _check_timed(rules: list[Rule], head: Run) -> None:
             raise GateError(f"perf thresholds: {rule.label} compares times but matches {untimed.benchmark}")
 
 
+def _loosening_rules(rules: list[Rule], case: Case, base: Run) -> list[Rule]:
+    """The rules matching ``case`` whose max_slowdown and may_skip, limits that can loosen, count on it:
+    a rule head adds counts only on a case base lacks."""
+    return [rule for rule in rules if rule.matches(case) and not (rule.from_head and case in base.cases)]
+
+
 def availability(rules: list[Rule], base: Run, head: Run) -> list[Finding]:
     """Cases head's suite still has that head did not record, or recorded without a value."""
     missing = [case for case in base.measurements if case in head.suite and case not in head.measurements]
@@ -106,21 +114,22 @@ def availability(rules: list[Rule], base: Run, head: Run) -> list[Finding]:
     findings += [
         finding
         for case, m in head.measurements.items()
-        if (finding := _unmeasured(rules, case, m, base.measurements.get(case), head.units.get(case.benchmark, "")))
+        if (finding := _unmeasured(rules, case, m, base, head.units.get(case.benchmark, "")))
     ]
     return findings
 
 
-def _unmeasured(rules: list[Rule], case: Case, m: Measurement, b: Measurement | None, unit: str) -> Finding | None:
+def _unmeasured(rules: list[Rule], case: Case, m: Measurement, base: Run, unit: str) -> Finding | None:
     """A head value that is no measurement: failed, NaN where no rule expects it, or NaN where base measured."""
     if m.value is None:
         reason = f"failed in head: {m.error}" if m.error else "failed or timed out in head (asv recorded no value)"
         return Finding("crashed", case.benchmark, case.label, Verdict.FAIL, reason)
     if m.finite:
         return None
-    if not any(rule.may_skip and rule.matches(case) for rule in rules):
+    if not any(rule.may_skip for rule in _loosening_rules(rules, case, base)):
         reason = f"head returned {m.value} (NaN: skipped, or an invalid measurement)"
         return Finding("crashed", case.benchmark, case.label, Verdict.FAIL, reason)
+    b = base.measurements.get(case)
     if b is not None and b.finite:
         reason = f"measured at base ({human(b.value, unit)}), skipped at head (NaN)"
         return Finding("skipped", case.benchmark, case.label, Verdict.FAIL, reason, base=b.value, unit=unit)
@@ -179,30 +188,29 @@ def _bound(rule: Rule, case: Case, m: Measurement, unit: str, check: str, bound:
     badness = _ratio(bound, m.value) if floor else _ratio(m.value, bound)
     limit = f"{'≥' if floor else '≤'} {bound:g}"
     relation = ("≥" if ok else "<") if floor else ("≤" if ok else ">")
-    reason = f"{human(m.value, unit)} {relation} {check} {bound:g}: {rule.why}"
+    reason = f"{human(m.value, unit)} {relation} {check} {bound:g}: {rule.cited}"
     return Finding(
         check, case.benchmark, case.label, _verdict(ok, rule.informational), reason,
         head=m.value, ratio=_ratio(m.value, bound), limit=limit, unit=unit, badness=badness,
-        remeasure=(("head", case.asv_id),), rule=rule.why,
+        remeasure=(("head", case.asv_id),), rule=rule.cited,
     )  # fmt: skip
 
 
 def slowdowns(thresholds: Thresholds, rules: list[Rule], base: Run, head: Run) -> list[Finding]:
     """Every time_* case head measured; one whose base time is not a time is reported by invalid_times."""
     return [
-        _slowdown(thresholds, rules, case, base.measurements.get(case), h, head.units.get(case.benchmark, ""))
+        _slowdown(thresholds, rules, case, base, h, head.units.get(case.benchmark, ""))
         for case, h in head.measurements.items()
         if case.timed and _usable(case, h) and not _not_a_time(case, base.measurements.get(case))
     ]
 
 
-def _slowdown(
-    thresholds: Thresholds, rules: list[Rule], case: Case, b: Measurement | None, h: Measurement, unit: str
-) -> Finding:
+def _slowdown(thresholds: Thresholds, rules: list[Rule], case: Case, base: Run, h: Measurement, unit: str) -> Finding:
+    b = base.measurements.get(case)
     if b is None or not b.finite:
         reason = "new in head: not compared" if b is None else f"base has no value ({b.value}): not compared"
         return Finding("slowdown", case.benchmark, case.label, Verdict.WARN, reason, head=h.value, unit=unit)
-    limit, rule = _slowdown_limit(thresholds, rules, case)
+    limit, rule = _slowdown_limit(thresholds, rules, case, base)
     informational = rule is not None and rule.informational
     ratio = h.value / b.value
     slower = ratio > 1 + limit
@@ -212,18 +220,18 @@ def _slowdown(
         reason += f" by less than {thresholds.near_miss:.1%} (a near miss)"
     if slower and not _is_result_better(b.value, h.value, _stats(b, case, "base"), _stats(h, case, "head"), 1 + limit):
         reason += ", but not significant by asv's statistics (samples too spread to tell)"
-    reason += f" ({rule.why if rule else 'default'})"
+    reason += f" ({rule.cited if rule else 'default'})"
     return Finding(
         "slowdown", case.benchmark, case.label, _verdict(not slower, informational), reason,
         base=b.value, head=h.value, ratio=ratio, limit=f"≤ +{limit:.0%}", unit=unit, badness=ratio / (1 + limit),
         remeasure=(("base", case.asv_id), ("head", case.asv_id)),
-        rule=rule.why if rule else "default", near_miss=near_miss,
+        rule=rule.cited if rule else "default", near_miss=near_miss,
     )  # fmt: skip
 
 
-def _slowdown_limit(thresholds: Thresholds, rules: list[Rule], case: Case) -> tuple[float, Rule | None]:
-    """The last matching rule with max_slowdown wins; else the default."""
-    chosen = [rule for rule in rules if rule.max_slowdown is not None and rule.matches(case)]
+def _slowdown_limit(thresholds: Thresholds, rules: list[Rule], case: Case, base: Run) -> tuple[float, Rule | None]:
+    """The last matching rule with max_slowdown wins, of those that count on the case; else the default."""
+    chosen = [rule for rule in _loosening_rules(rules, case, base) if rule.max_slowdown is not None]
     return (chosen[-1].max_slowdown, chosen[-1]) if chosen else (thresholds.max_slowdown, None)
 
 
@@ -248,12 +256,12 @@ def orders(rules: list[Rule], head: Run) -> list[Finding]:
 def _order(rule: Rule, case: Case, m: Measurement, other: Case, o: Measurement, unit: str) -> Finding:
     slower = _is_result_better(o.value, m.value, _stats(o, other, "head"), _stats(m, case, "head"), 1.0)
     ratio = m.value / o.value
-    reason = f"{human(m.value, unit)} vs {human(o.value, unit)} for ({other.label}): {rule.why}"
+    reason = f"{human(m.value, unit)} vs {human(o.value, unit)} for ({other.label}): {rule.cited}"
     return Finding(
         "order", case.benchmark, case.label, _verdict(not slower, rule.informational), reason,
         head=m.value, ratio=ratio, limit=f"not slower than ({other.label})", unit=unit, badness=ratio,
         remeasure=(("head", case.asv_id), ("head", other.asv_id)),
-        rule=rule.why,
+        rule=rule.cited,
     )  # fmt: skip
 
 

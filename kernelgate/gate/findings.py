@@ -71,6 +71,7 @@ class Outcome:
     findings: tuple[Finding, ...] = ()
     error: str | None = None
     gpu: str = ""
+    head_rules: tuple[str, ...] = ()  # the rules head's thresholds file adds, as label and why
 
     @property
     def failures(self) -> list[Finding]:

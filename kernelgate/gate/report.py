@@ -58,7 +58,21 @@ def markdown(outcome: Outcome) -> str:
     ]
     if len(shown) > SHOWN_ROWS:
         lines += ["", f"… and {len(shown) - SHOWN_ROWS} more rows, less severe than those shown, in verdict.json."]
-    return "\n".join([*lines, ""])
+    return "\n".join([*lines, *_head_rules(outcome), ""])
+
+
+def _head_rules(outcome: Outcome) -> list[str]:
+    """The section listing the rules head's thresholds file adds, where it adds any."""
+    if not outcome.head_rules:
+        return []
+    return [
+        "",
+        "### Rules this pull request adds (judged now: they can only tighten)",
+        "",
+        "On cases base has, only their `min`, `max` and `not_slower_than` apply.",
+        "",
+        *(f"- {rule}" for rule in outcome.head_rules),
+    ]
 
 
 def _fold_warnings(rows: list[Finding]) -> list[str]:
@@ -113,6 +127,7 @@ def write_json(outcome: Outcome, path: Path) -> None:
         "gpu": outcome.gpu,
         "base": outcome.base,
         "head": outcome.head,
+        "head_rules": list(outcome.head_rules),
         "findings": findings,
     }
     path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")

@@ -30,6 +30,14 @@ one glob of a rule's params list, or one name or value of its not_slower_than
 table, that matches none; a rule's gpu_class must match one of gpu_classes, and
 its numbers must be finite. A removed glob that matches no removed case is only
 reported (the removal has landed).
+
+The file is read from the pull request's base commit, so that a pull request cannot loosen its own
+check. Head's file adds to it (``with_head_rules``): each rule of head's that base's lacks, compared
+as parsed TOML tables (so an edited rule is added and base's original stays), is judged too. On a
+case base has, such a rule only tightens: its ``min``, ``max`` and ``not_slower_than`` apply, its
+``max_slowdown`` and ``may_skip`` do not; on a case new in head it applies in full. Head's file is
+validated as base's is, each added rule's gpu_class against base's gpu_classes; its [defaults] are
+not used.
 """
 
 import dataclasses
@@ -63,6 +71,7 @@ _REQUIRED = ("why", "benchmark")
 @dataclasses.dataclass(frozen=True, eq=False)
 class Rule:
     number: int  # 1-based position in the file, for messages
+    table: dict  # the [[rule]] table as parsed: what tells a rule of head's file from base's
     why: str
     benchmark: str
     params: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
@@ -73,11 +82,18 @@ class Rule:
     not_slower_than: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     may_skip: bool = False
     informational: bool = False
+    from_head: bool = False  # added by head's file: on a case base has, it only tightens
 
     @property
     def label(self) -> str:
         params = ", ".join(f"{k}={'|'.join(v)}" for k, v in self.params.items())
-        return f"rule #{self.number} ({self.benchmark}{f' [{params}]' if params else ''})"
+        number = f"head's rule #{self.number}" if self.from_head else f"rule #{self.number}"
+        return f"{number} ({self.benchmark}{f' [{params}]' if params else ''})"
+
+    @property
+    def cited(self) -> str:
+        """The ``why`` as findings cite it: a rule head adds says so."""
+        return f"{self.why} (head's rule #{self.number}, added by this pull request)" if self.from_head else self.why
 
     def matches(self, case: Case) -> bool:
         if not fnmatch.fnmatchcase(case.benchmark, self.benchmark):
@@ -157,12 +173,29 @@ def load_thresholds(path: Path) -> Thresholds:
         raise GateError(f"perf thresholds: rule in {path} is not an array of tables ([[rule]])")
     rules = tuple(_rule(number, entry) for number, entry in enumerate(entries, start=1))
     thresholds = Thresholds(rules=rules, **defaults)
+    _check_gpu_classes(rules, thresholds.gpu_classes)
+    return thresholds
+
+
+def with_head_rules(thresholds: Thresholds, head: Path) -> Thresholds:
+    """Base's ``thresholds`` plus each rule of head's file ``head`` that base's lacks, marked as head's.
+    Any error in head's file names it."""
+    known = [rule.table for rule in thresholds.rules]
+    try:
+        theirs = load_thresholds(head)
+        added = tuple(dataclasses.replace(rule, from_head=True) for rule in theirs.rules if rule.table not in known)
+        _check_gpu_classes(added, thresholds.gpu_classes)
+    except GateError as exc:
+        raise GateError(f"head's perf thresholds (--head-thresholds {head}): {exc}") from exc
+    return dataclasses.replace(thresholds, rules=thresholds.rules + added)
+
+
+def _check_gpu_classes(rules: tuple[Rule, ...], gpu_classes: tuple[str, ...]) -> None:
     for rule in rules:
         for glob in rule.gpu_class:
-            if not any(fnmatch.fnmatchcase(name, glob) for name in thresholds.gpu_classes):
-                covered = list(thresholds.gpu_classes)
+            if not any(fnmatch.fnmatchcase(name, glob) for name in gpu_classes):
+                covered = list(gpu_classes)
                 raise GateError(f"perf thresholds: {rule.label}: gpu_class {glob!r} matches none of {covered}")
-    return thresholds
 
 
 def _defaults(table, path: Path) -> dict:
@@ -218,6 +251,7 @@ def _rule(number: int, entry: dict) -> Rule:
         raise GateError(f"{where}: max_slowdown must be >= 0")
     return Rule(
         number=number,
+        table=entry,
         why=entry["why"],
         benchmark=entry["benchmark"],
         params=_strings_by_name(entry.get("params", {}), where),
