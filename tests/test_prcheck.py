@@ -348,12 +348,35 @@ may_skip = true
 """
 
 
+def _judging_files(out: Path, base: str, head: str | None = None) -> None:
+    """The thresholds as the check reads them from git: base's, and head's (the same unless given)."""
+    for folder, text in ((out / check.TRUSTED, base), (out / check.FROM_HEAD, base if head is None else head)):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "perf-thresholds.toml").write_text(text)
+
+
+HEAD_FLOOR = """
+[[rule]]
+why = "a floor head adds"
+benchmark = "bench_fake.Metrics.track_measured"
+params = { shape = "s2" }
+min = 0.5
+"""
+
+
 @pytest.mark.parametrize(
-    ("gpu_class", "expected"), [("H100", ["s1', 'v1", "s1', 'v2"]), ("H200", ["s1', 'v1", "s1', 'v2", "s2', 'v2"])]
+    ("gpu_class", "head_adds", "expected"),
+    [
+        ("H100", "", ["s1', 'v1", "s1', 'v2"]),
+        ("H200", "", ["s1', 'v1", "s1', 'v2", "s2', 'v2"]),
+        ("H100", HEAD_FLOOR, ["s1', 'v1", "s1', 'v2", "s2', 'v1", "s2', 'v2"]),
+    ],
+    ids=["H100", "H200", "H100-with-a-floor-head-adds"],
 )
-def test_head_measures_only_the_track_values_a_rule_bounds(fake_tree, tmp_path, gpu_class, expected):
-    """The main job's history tracks every value; the check measures those a floor or ceiling judges there."""
-    (tmp_path / "perf-thresholds.toml").write_text(BOUNDS)
+def test_head_measures_only_the_track_values_a_rule_bounds(fake_tree, tmp_path, gpu_class, head_adds, expected):
+    """The main job's history tracks every value; the check measures those a floor or ceiling judges there,
+    base's or one head adds."""
+    _judging_files(tmp_path, BOUNDS, BOUNDS + head_adds)
     suites = bench.discover([_side("base", fake_tree, tmp_path), _side("head", fake_tree, tmp_path)])
     chosen = check.chosen_cases(suites, [r"^bench_fake\."], check.bounded_tracks(tmp_path, gpu_class))
     tracks = [c.id for c in chosen["head"] if c.kind == "track"]
@@ -367,8 +390,7 @@ def test_each_shard_chooses_its_cases_then_measures_them(fake_tree, tmp_path):
     measured = {}
     for k in (1, 2):
         out = tmp_path / f"shard-{k}"
-        (out / "trusted").mkdir(parents=True)
-        (out / "trusted" / "perf-thresholds.toml").write_text(BOUNDS)
+        _judging_files(out, BOUNDS)
         machine = {"gpu_class": "H100"}
         plan = check.Plan("a" * 40, "b" * 40, machine, ["fake"], {}, (k, 2), [], [r"^bench_fake\.(Fast|Metrics)"])
         for role in ("base", "head"):
@@ -385,9 +407,11 @@ def test_each_shard_chooses_its_cases_then_measures_them(fake_tree, tmp_path):
     assert len(measured["head"]) == len(set(measured["head"])) == 4, "two time cases and two bounded track values"
 
 
-def test_unreadable_thresholds_stop_the_check(tmp_path):
-    (tmp_path / "perf-thresholds.toml").write_text("[defaults]\nmax_slowdown = 'fast'\n")
-    with pytest.raises(check.CheckError, match=r"base commit's perf-thresholds\.toml"):
+@pytest.mark.parametrize("whose", ["base", "head"])
+def test_unreadable_thresholds_stop_the_check(tmp_path, whose):
+    broken = "[defaults]\nmax_slowdown = 'fast'\n"
+    _judging_files(tmp_path, broken if whose == "base" else BOUNDS, broken)
+    with pytest.raises(check.CheckError, match=r"base commit's perf-thresholds\.toml" if whose == "base" else "head's"):
         check.bounded_tracks(tmp_path, "H100")
 
 

@@ -301,7 +301,7 @@ def choose(plan: Plan, out: Path, steps: Steps) -> dict[str, list[bench.Case]]:
         suites = bench.discover([plan.side("base"), plan.side("head")])
         for role, suite in suites.items():
             results.write_suite(out / "suites" / f"{role}.json", suite)
-        chosen = chosen_cases(suites, plan.benchmarks, bounded_tracks(out / "trusted", plan.machine["gpu_class"]))
+        chosen = chosen_cases(suites, plan.benchmarks, bounded_tracks(out, plan.machine["gpu_class"]))
         k, n = plan.shard
         mine = set(bench.shard(sorted(set(chosen["base"]) | set(chosen["head"])), n)[k - 1])
         cases = {role: [c for c in role_cases if c in mine] for role, role_cases in chosen.items()}
@@ -348,18 +348,23 @@ def measure(plan: Plan, steps: Steps, cases: dict[str, list[bench.Case]]) -> dic
         return bench.measure([plan.side("base"), plan.side("head")], cases)
 
 
-def bounded_tracks(trusted: Path, gpu_class: str) -> Callable[[bench.Case, dict], bool]:
+def bounded_tracks(out: Path, gpu_class: str) -> Callable[[bench.Case, dict], bool]:
     """Whether a track_* case is one the gate bounds on this GPU class (a rule's min or max, informational
-    ones too): the check measures only those. The main job's history tracks every value."""
+    ones too, base's or one head adds): the check measures only those. The main job's history tracks every
+    value."""
     from kernelgate.gate import GateError
     from kernelgate.gate.asv_results import Case
-    from kernelgate.gate.thresholds import load_thresholds
+    from kernelgate.gate.thresholds import load_thresholds, with_head_rules
 
     try:
-        rules = [r for r in load_thresholds(trusted / "perf-thresholds.toml").applicable(gpu_class)
-                 if r.min is not None or r.max is not None]  # fmt: skip
+        thresholds = load_thresholds(out / TRUSTED / "perf-thresholds.toml")
     except GateError as exc:
         raise CheckError(f"the base commit's perf-thresholds.toml: {exc}") from exc
+    try:
+        thresholds = with_head_rules(thresholds, out / FROM_HEAD / "perf-thresholds.toml")
+    except GateError as exc:
+        raise CheckError(str(exc)) from exc
+    rules = [r for r in thresholds.applicable(gpu_class) if r.min is not None or r.max is not None]
 
     def bounded(case: bench.Case, suite: dict) -> bool:
         named = Case(case.benchmark, tuple(zip(suite[case.benchmark].get("param_names", []), case.params, strict=True)))
@@ -415,7 +420,8 @@ def gate(plan: Plan, out: Path, junit: list[Path], steps: Steps, recorded: bool 
     with steps("gate"):
         argv = [sys.executable, "-m", "kernelgate.gate", "--base", plan.base, "--head", plan.head,
                 "--machine", plan.machine["machine"], "--results-dir", str(out / "results"),
-                "--thresholds", str(out / "trusted" / "perf-thresholds.toml"),
+                "--thresholds", str(out / TRUSTED / "perf-thresholds.toml"),
+                "--head-thresholds", str(out / FROM_HEAD / "perf-thresholds.toml"),
                 "--base-suite", str(out / "suites" / "base.json"), "--cases", str(out / "cases.json"),
                 "--failures", str(out / FAILURES), "--out", str(out / "gate"),
                 *[f"--junit={j}" for j in junit]]  # fmt: skip
@@ -491,7 +497,7 @@ def merge_shards(folder: Path, count: int, expected: "Plan", out: Path) -> Plan:
             raise CheckError(f"{d} discovered other suites than {shard_dirs[0]}")
         if p.tests and not complete_test_report(d / TEST_REPORT):
             raise CheckError(f"{d}: shard {p.shard[0]} has no complete report of its GPU tests (killed, or skipped)")
-    bounded = bounded_tracks(out / TRUSTED, first.machine["gpu_class"])
+    bounded = bounded_tracks(out, first.machine["gpu_class"])
     chosen = chosen_cases(read_suites(shard_dirs[0]), expected.benchmarks, bounded)
     expected_cases = {role: {c.id for c in cases} for role, cases in chosen.items()}
     records: dict[str, dict] = {"base": {}, "head": {}}
