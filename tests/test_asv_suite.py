@@ -1,6 +1,7 @@
 """The asv suite imports and declares well-formed benchmarks (``asv check``). Running it is the
 main job's business: ``nox -s bench`` smokes the whole suite in Triton's interpreter without a GPU."""
 
+import json
 import os
 import subprocess
 import sys
@@ -24,10 +25,23 @@ def test_asv_check_discovers_the_suite():
     assert proc.returncode == 0 and "No problems found" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-4000:]
 
 
+def test_every_benchmark_keeps_the_name_parameters_unit_version_and_timing_its_history_has():
+    """asv files results by name, parameters and version, and the gate's rules and the PR check's groups name
+    them: the suite as asv discovers it equals the record (tests/support/asv_identity.py made it)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(
+        [sys.executable, "-P", "tests/support/asv_identity.py", "benchmarks"],
+        cwd=ROOT, capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    recorded = json.loads((ROOT / "tests" / "fixtures" / "asv_identity.json").read_text())
+    discovered = json.loads(proc.stdout)
+    assert sorted(discovered) == sorted(recorded)
+    for name, described in recorded.items():
+        assert discovered[name] == described, name
+
+
 def test_a_metrics_class_measures_each_selected_case_once_with_its_selected_variants(monkeypatch):
     """The PR check asks only for the values its rules bound: no other case or variant is timed."""
-    import json
-
     # Imported without a GPU, benchmarks/ switches its process to the interpreter unless told otherwise.
     monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
     from benchmarks import bench_layer_norm
