@@ -14,6 +14,7 @@ from kernelgate import kernels
 from kernelgate.accuracy import errors, run_layer_norm
 from kernelgate.cases.layer_norm import CORRECTNESS_CASES, LAYER_NORM_VARIANTS, LayerNormCase, interpreted
 from kernelgate.kernels.device import interpreter_mode
+from kernelgate.kernels.launch import bound
 from kernelgate.kernels.layer_norm.config import (
     FUSED_MAX_N,
     cdiv,
@@ -23,7 +24,6 @@ from kernelgate.kernels.layer_norm.config import (
     persistent_programs,
     prev_power_of_2,
 )
-from kernelgate.kernels.layer_norm.launch import bound
 from kernelgate.kernels.layer_norm.ops import (
     _rows,
     _sms,

@@ -6,7 +6,8 @@ import pytest
 import torch
 from triton import knobs
 
-from kernelgate.kernels.layer_norm import launch, ops
+from kernelgate.kernels import launch
+from kernelgate.kernels.layer_norm import ops
 from kernelgate.kernels.layer_norm.config import tuned_table
 
 

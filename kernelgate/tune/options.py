@@ -123,7 +123,7 @@ def _runner(tensors, direction: str, setting: Setting):
         y = torch.empty_like(s["x"])
         launch = ops.forward_launch(s["x"], s["w"], s["b"], tensors.case.eps, setting.variant, y, None, None,
                                     setting.cfg)  # fmt: skip
-        return dataclasses.replace(launch, constexprs={**launch.constexprs, "PDL": False})()
+        return dataclasses.replace(launch, constexprs={**launch.constexprs, "PDL": False}, pdl=False)()
 
     return tensors.runner_of(launch_without_pdl)
 

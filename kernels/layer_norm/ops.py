@@ -16,6 +16,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from kernelgate.kernels.device import gpu_class, interpreter_mode, is_sm90_or_newer, sm_count
+from kernelgate.kernels.launch import Bound, Launch, bind, bound
 from kernelgate.kernels.layer_norm import triton_kernels as tk
 from kernelgate.kernels.layer_norm.config import (
     FUSED_MAX_N,
@@ -29,7 +30,6 @@ from kernelgate.kernels.layer_norm.config import (
     resolve_variant,
     tuned_override,
 )
-from kernelgate.kernels.layer_norm.launch import Bound, Launch, bind, bound
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -181,6 +181,13 @@ FORWARD_POINTERS = 6  # x, y, weight, bias, mean, rstd
 BACKWARD_POINTERS = 7  # x, dy, dx, weight, mean, rstd, partial sums
 
 
+def _launch(kernel, grid: tuple[int, ...], args: tuple, constexprs: dict, num_warps: int) -> Launch:
+    """A launch of one of these kernels: those that take PDL wait for their predecessor when it is set, and
+    a backward in row slices (SLICES > 1) has programs that wait for each other, all resident."""
+    return Launch(kernel, grid, args, constexprs, num_warps, pdl=constexprs.get("PDL", False),
+                  cooperative=constexprs.get("SLICES", 1) > 1)  # fmt: skip
+
+
 def _addresses(args: tuple, pointers: int) -> tuple:
     """``args`` with each of its first ``pointers`` tensors replaced by its address: how a bound kernel
     takes them (``launch.Bound``), and what a launch key reads their alignment from."""
@@ -208,7 +215,7 @@ def forward_launch(
         PREFETCH=prefetch,
         EXCHANGE_WORDS=exchange_words,
     ) if variant == "fused" else {}  # fmt: skip
-    return Launch(
+    return _launch(
         kernel=_FWD_KERNELS[variant],
         grid=(cdiv(m, cfg.block_m),),
         args=(*_forward_args(x2, weight, bias, eps, y, mean, rstd), *((prefetch_rows,) if variant == "fused" else ())),
@@ -292,7 +299,7 @@ def backward_launch(
                       BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, VEC=vec, NUM_STAGES=cfg.num_stages,
                       **by_variant)  # fmt: skip
     partial = _partial_sums(groups * slices, constexprs, x2)
-    launch = Launch(
+    launch = _launch(
         kernel=_BWD_KERNELS[variant],
         grid=(groups * slices,),
         args=(*_backward_args(dy2, x2, weight, mean, rstd, dx, partial),
@@ -319,7 +326,7 @@ def column_sum_launch(
     # One load for up to 256 partial rows (G is 132-1056 on an H200) rather than a loop of loads
     # of 32: on an H200, 0.85-1.00x the backward's time on 20 of 21 cases, the least at 4096x1024
     # (fp16 16384x4096 1.04x, unexplained).
-    return Launch(
+    return _launch(
         kernel=tk.column_sum_kernel,
         grid=(cdiv(n, block_n), slabs),
         args=(partial, outs[0], outs[-1], rstd if rstd is not None else partial, g, n, m),
@@ -344,7 +351,7 @@ def column_grads_launch(dy2, x2, mean, rstd, dw, db) -> Launch:
     """dw and db summed over the rows by column blocks, from x and dy: the second launch of a two_pass
     backward with ``column_grads`` (its first writes dx alone)."""
     block_m, block_n, warps = COLUMN_GRADS_TILE
-    return Launch(
+    return _launch(
         kernel=tk.column_grads_kernel,
         grid=(cdiv(x2.shape[1], block_n),),
         args=_column_grads_args(dy2, x2, mean, rstd, dw, db),

@@ -14,7 +14,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kernelgate.kernels.layer_norm.launch import Launch
+from kernelgate.kernels.launch import Launch
 
 SM90 = GPUTarget("cuda", 90, 32)
 _TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -48,9 +48,8 @@ def compile_sm90(launch: Launch):
     launches it: the launchers build launches on meta tensors as for one (``ops.pdl_of``, the
     fused forward's prefetch)."""
     signature, attrs = _signature(launch)
-    pdl = launch.constexprs.get("PDL", False)
     source = ASTSource(launch.kernel, signature, constexprs=launch.constexprs, attrs=attrs)
-    return triton.compile(source, target=SM90, options={"num_warps": launch.num_warps, "launch_pdl": pdl})
+    return triton.compile(source, target=SM90, options={"num_warps": launch.num_warps, "launch_pdl": launch.pdl})
 
 
 @functools.cache
