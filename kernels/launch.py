@@ -10,9 +10,11 @@ call for a short kernel.
 C launch function directly. The key must therefore determine everything the launch depends on but
 its tensors and float arguments: the configuration and, for Triton's specialization, every integer
 argument's value and each pointer's alignment (the integers themselves and each pointer's low four
-bits, say).
+bits, say). The bound kernels are kept in an ``LRU``: a training loop whose row counts vary binds a
+kernel per count, and only the recent ones are worth keeping.
 """
 
+import collections
 import dataclasses
 from collections.abc import Hashable
 
@@ -81,7 +83,30 @@ class Bound:
         self.c_launch(*self.grid, stream, *self.launch_options, *leading, *self.trailing)
 
 
-_BOUND: dict[Hashable, Bound] = {}
+class LRU(collections.OrderedDict):
+    """A dict of at most ``size`` entries: ``get`` makes the entry it finds the most recent, and storing one
+    past ``size`` drops the least recent."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def get(self, key, default=None):
+        try:
+            self.move_to_end(key)
+        except KeyError:
+            return default
+        return self[key]
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        if len(self) > self.size:
+            self.popitem(last=False)
+
+
+# A forward, a backward and a column kernel per layout of an op's call: room for about a thousand layouts.
+_BOUND: LRU = LRU(4096)
 
 
 def bound(key: Hashable) -> Bound | None:

@@ -231,3 +231,34 @@ def test_a_backward_in_row_slices_exchanges_through_words_its_forward_zeroed(dty
     mean, rstd = torch.randn(m), torch.rand(m)
     ops.layer_norm_bwd(torch.randn(m, n, dtype=dtype), x, w.detach(), b.detach(), mean, rstd, "fused")
     assert partial_sums[-1].numel() == 2 * groups * n + 2 * 2 * m and zeroed == [2 * 2 * m]
+
+
+def test_a_cache_keeps_the_most_recently_used_entries():
+    cache = launch.LRU(2)
+    cache["a"], cache["b"] = 1, 2
+    assert cache.get("a") == 1  # now the most recent
+    cache["c"] = 3
+    assert list(cache) == ["a", "c"] and cache.get("b") is None
+
+
+def test_plans_and_bound_kernels_stay_bounded_when_the_rows_vary(recorded_binds, monkeypatch):
+    """A training loop whose sequence lengths vary calls with a new row count at each length: the plans and
+    bound kernels of the most recent counts are kept, and a count dropped plans and binds again."""
+    monkeypatch.setattr(ops, "_PLANS", launch.LRU(3))
+    monkeypatch.setattr(launch, "_BOUND", launch.LRU(6))
+    monkeypatch.setattr(ops, "interpreter_mode", lambda: True)  # CPU tensors pass the checks
+    checked = []
+    monkeypatch.setattr(ops, "_check_inputs", lambda *args: checked.append(args) or args[0].shape[-1])
+    w, b = torch.randn(32), torch.randn(32)
+    for m in range(1, 11):
+        ops.layer_norm(torch.randn(m, 32), 32, w, b, variant="fused")
+    assert len(ops._PLANS) == 3 and len(launch._BOUND) == 6
+    assert [plan.n for plan in ops._PLANS.values()] == [32] * 3 and len(checked) == 10
+    ops.layer_norm(torch.randn(10, 32), 32, w, b, variant="fused")  # the most recent: from its plan
+    assert len(checked) == 10
+    ops.layer_norm(torch.randn(1, 32), 32, w, b, variant="fused")  # dropped: checked and bound again
+    assert len(checked) == 11 and len(ops._PLANS) == 3
+    y = ops.layer_norm(x := torch.randn(1, 32), 32, w, b, variant="fused")  # then from its new plan
+    assert len(checked) == 11
+    (args,) = next(reversed(launch._BOUND.values())).compiled.runs
+    assert args[0] == x.data_ptr() and args[1] == y.data_ptr()

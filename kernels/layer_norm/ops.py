@@ -16,7 +16,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from kernelgate.kernels.device import gpu_class, interpreter_mode, is_sm90_or_newer, sm_count
-from kernelgate.kernels.launch import Bound, Launch, bind, bound
+from kernelgate.kernels.launch import LRU, Bound, Launch, bind, bound
 from kernelgate.kernels.layer_norm import triton_kernels as tk
 from kernelgate.kernels.layer_norm.config import (
     FUSED_MAX_N,
@@ -585,7 +585,9 @@ class _Plan:
     backwards: dict[tuple, tuple[str, tuple]] = dataclasses.field(default_factory=dict)
 
 
-_PLANS: dict[tuple, _Plan] = {}
+# One plan per signature, which holds the rows' count: a training loop whose sequence lengths vary makes one per
+# length. The most recent thousand are kept; a call of a dropped one plans again, as its first call did.
+_PLANS: LRU = LRU(1024)
 
 
 def _layout(t: torch.Tensor | None) -> tuple | None:
