@@ -14,7 +14,8 @@ import pytest
 import torch
 from support.codegen import compile_sm90, resource_usage, sass
 
-from kernelgate.cases.layer_norm import BENCH_SHAPES, DTYPES
+from kernelgate.cases.common import DTYPES
+from kernelgate.cases.layer_norm import BENCH_SHAPES
 from kernelgate.kernels.device import interpreter_mode
 from kernelgate.kernels.layer_norm.config import (
     LaunchConfig,

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+from kernelgate.cases.common import DTYPES
 
 # Relative L2 error ||got - ref|| / ||ref|| against the float32 reference, for o, dq, dk, dv.
 # The inputs are exact in float32; the kernels round P and dS to the input dtype before the

@@ -5,16 +5,7 @@ import math
 
 import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclasses.dataclass(frozen=True)
-class Tolerance:
-    """|got - ref| <= atol * scale + rtol * |ref|, elementwise, against a float64 reference."""
-
-    atol: float
-    rtol: float
-
+from kernelgate.cases.common import DTYPES, FP32_HALF_ULP, Tolerance
 
 # Forward output and dx: one rounding to the output dtype after fp32 math.
 # fp32: ~1e-6 is typical (statistics in fp32, rsqrt.approx is 2 ulp); 1e-5 bounds it.
@@ -26,8 +17,6 @@ TOLERANCES = {
     "float16": Tolerance(atol=1e-3, rtol=2e-3),
     "bfloat16": Tolerance(atol=1e-2, rtol=1.6e-2),
 }
-
-FP32_HALF_ULP = 2.0**-24  # relative rounding error of one fp32 rounding
 
 
 @dataclasses.dataclass(frozen=True)

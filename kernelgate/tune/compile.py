@@ -16,7 +16,7 @@ import time
 import torch
 from triton.runtime.errors import OutOfResources
 
-from kernelgate.cases.layer_norm import DTYPES
+from kernelgate.cases.common import DTYPES
 from kernelgate.kernels.layer_norm.config import LaunchConfig
 from kernelgate.kernels.layer_norm.ops import backward_launch, forward_launch
 from kernelgate.measure.parallel import in_worker_processes

@@ -46,7 +46,8 @@ from pathlib import Path
 import torch
 
 from kernelgate import cli
-from kernelgate.cases.layer_norm import BENCH_DTYPES, DTYPES, LayerNormCase, bench_case, shape_names
+from kernelgate.cases.common import DTYPES
+from kernelgate.cases.layer_norm import BENCH_DTYPES, LayerNormCase, bench_case, shape_names
 from kernelgate.kernels.layer_norm.config import (
     LaunchConfig,
     heuristic_config,

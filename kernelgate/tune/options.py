@@ -23,9 +23,9 @@ from collections.abc import Callable
 import torch
 
 from kernelgate import cli
+from kernelgate.cases.common import DTYPES
 from kernelgate.cases.layer_norm import (
     BENCH_DTYPES,
-    DTYPES,
     LAYER_NORM_VARIANTS,
     MODEL_ROWS,
     MODEL_WIDTHS,
