@@ -17,12 +17,9 @@ import collections
 import functools
 import inspect
 import re
-import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
-import triton
+from support.codegen import sass
 from tilelang.cuda.backend import tilelang_callback_cuda_compile
 
 from kernelgate.cases.attention import CODEGEN_CASES, AttentionCase
@@ -37,7 +34,6 @@ pytestmark = [
 ]
 
 ARCH = "sm_90a"  # bare "cuda" would silently mean sm_50
-CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 # A reduction opcode with its modifiers, e.g. REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU or UTMAREDG.3D.ADD.
 REDUCTION = re.compile(r"\b(?:UTMAREDG|REDG|ATOMG|RED|ATOM)(?:\.[0-9A-Za-z_]+)*")
 
@@ -53,11 +49,7 @@ def fresh_tilelang_cache(tmp_path_factory):
 @functools.cache
 def sass_of(kernel) -> str:
     """SASS of the cubin TileLang builds for ``kernel`` (read back from its binary cache)."""
-    cubin = tilelang_callback_cuda_compile(kernel.get_kernel_source(), kernel.target, kernel.pass_configs)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        return subprocess.run([CUOBJDUMP, "--dump-sass", f.name], capture_output=True, text=True, check=True).stdout
+    return sass(tilelang_callback_cuda_compile(kernel.get_kernel_source(), kernel.target, kernel.pass_configs))
 
 
 def reductions(sass: str) -> collections.Counter:

@@ -12,7 +12,7 @@ import re
 
 import pytest
 import torch
-from support.codegen import compile_sm90, resource_usage, sass
+from support.codegen import compile_sm90, opcodes, resource_usage, sass
 
 from kernelgate.cases.common import DTYPES
 from kernelgate.cases.layer_norm import BENCH_SHAPES
@@ -94,11 +94,6 @@ def _row_load(variant: str, cfg: LaunchConfig) -> str:
     pipelines its loop (num_stages > 1), else a load into registers. (A pipelined kernel still
     loads the weight with LDG.E.128, so that alone would not show the rows kept their width.)"""
     return "LDGSTS.E.BYPASS.128" if cfg.num_stages > 1 else "LDG.E.128"
-
-
-def _opcodes(code: str) -> list[str]:
-    """The SASS opcodes in program order (predicates dropped)."""
-    return re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", code)
 
 
 def _assert_no_spills(code: str, usage: dict, what: str) -> None:
@@ -262,7 +257,7 @@ def test_fused_forward_options_change_the_code_as_intended(dtype):
         cfg = LaunchConfig(1, 4096, 8, **options)
         code, usage, _ = _compiled("fused", "fwd", 4096, 4096, dtype, cfg)
         _assert_no_spills(code, usage, str(cfg))
-        instructions = _opcodes(code)
+        instructions = opcodes(code)
         barriers = [i for i, op in enumerate(instructions) if op.startswith("BAR.SYNC")]
         before = instructions[: barriers[0]]
         return before.count("LDG.E.128"), before.count("LDG.E.EL.128"), len(barriers)
@@ -283,7 +278,7 @@ def test_fused_forward_prefetch_is_one_bulk_prefetch_a_row(block_m):
         cfg = LaunchConfig(block_m, 4096, 4, prefetch_per_sm=prefetch_per_sm)
         code, usage, _ = _compiled("fused", "fwd", 4096, 5000, "bfloat16", cfg)
         _assert_no_spills(code, usage, str(cfg))
-        return _opcodes(code)
+        return opcodes(code)
 
     assert not any(op.startswith("UBLKPF") for op in instructions(0))
     ops = instructions(2)
@@ -302,7 +297,7 @@ def test_fused_backward_prefetch_is_two_bulk_prefetches_a_row_in_the_pipelined_l
         cfg = LaunchConfig(block_m, 4096, 8, programs_per_sm=1, num_stages=3, prefetch_per_sm=prefetch_per_sm)
         code, usage, _ = _compiled("fused", "bwd", 4096, 4096, "bfloat16", cfg)
         _assert_no_spills(code, usage, str(cfg))
-        return _opcodes(code)
+        return opcodes(code)
 
     plain, ops = instructions(0), instructions(2)
     assert not any(op.startswith("UBLKPF") for op in plain)
@@ -321,7 +316,7 @@ def test_fused_backward_single_reduction_leaves_fewer_barriers(dtype):
         cfg = LaunchConfig(1, 8192, 8, programs_per_sm=1, num_stages=3, single_reduction=single_reduction)
         code, usage, _ = _compiled("fused", "bwd", 4096, 5000, dtype, cfg)
         _assert_no_spills(code, usage, str(cfg))
-        return sum(op.startswith("BAR.SYNC") for op in _opcodes(code))
+        return sum(op.startswith("BAR.SYNC") for op in opcodes(code))
 
     assert barriers(True) < barriers(False)
 
@@ -333,7 +328,7 @@ def test_kernels_wait_for_their_predecessor_before_touching_memory(variant, dire
     # (The other kernels launch without it: triton_kernels' docstring says why.)
     cfg = launch_config("fused" if variant == "column_sum" else variant, direction, torch.float32, 4096, None)
     code, _, _ = _compiled(variant, direction, 4096, 4096, "float32", cfg)
-    instructions = _opcodes(code)
+    instructions = opcodes(code)
     wait = instructions.index("ACQBULK")
     memory = [i for i, op in enumerate(instructions) if re.match(r"(LDG|STG|LDGSTS|RED|ATOMG|UBLKPF)\b", op)]
     assert memory and wait < memory[0], (
@@ -346,7 +341,7 @@ def test_fused_backward_neither_waits_for_nor_releases_another_kernel():
     # The persistent backward launches without programmatic dependent launch (ops.backward_launch
     # says why): no griddepcontrol.wait (ACQBULK) and no launch_dependents (PREEXIT).
     cfg = LaunchConfig(2, 4096, 8, programs_per_sm=1, num_stages=3)
-    instructions = _opcodes(_compiled("fused", "bwd", 4096, 4096, "bfloat16", cfg)[0])
+    instructions = opcodes(_compiled("fused", "bwd", 4096, 4096, "bfloat16", cfg)[0])
     assert "PREEXIT" not in instructions and "ACQBULK" not in instructions
 
 
@@ -369,7 +364,7 @@ def test_row_slices_exchange_their_sums_without_a_fence(dtype, n, slices):
     code, usage, cfg = _compiled("fused", "bwd", 8192, n, dtype)
     assert cfg.row_slices == slices
     _assert_no_spills(code, usage, str(cfg))
-    ops = _opcodes(code)
+    ops = opcodes(code)
     stores, polls = ops.count("STG.E.64.STRONG.GPU"), ops.count("LDG.E.128.STRONG.SYS")
     sites = 2 if dtype == "bfloat16" else 1
     assert (stores, polls) == (sites * (2 if slices == 3 else 1), sites * (1 if slices == 2 else 2)), (stores, polls)

@@ -1,6 +1,7 @@
 """Compile Triton launches ahead of time for sm_90, with no GPU, and read the
-machine code: the cheap way to catch performance regressions (lost vector
-width, register spills) on a CPU-only CI machine.
+machine code of any kernel's cubin (Triton's or TileLang's): the cheap way to
+catch performance regressions (lost vector width, register spills) on a
+CPU-only CI machine.
 """
 
 import functools
@@ -66,6 +67,11 @@ def _cuobjdump_run(cubin: bytes, flag: str) -> str:
 
 def sass(cubin: bytes) -> str:
     return _cuobjdump_run(cubin, "--dump-sass")
+
+
+def opcodes(code: str) -> list[str]:
+    """The opcodes of SASS ``code`` in program order (predicates dropped)."""
+    return re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", code)
 
 
 def resource_usage(cubin: bytes) -> dict[str, int]:
