@@ -19,15 +19,17 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 from asv import util
 from asv.benchmarks import Benchmarks
 from asv.machine import Machine
 from asv.results import Results, iter_results_for_machine_and_hash
 from asv.runner import BenchmarkResult
 
+from kernelgate.asv_case import Case
 from kernelgate.gate import noise
 from kernelgate.gate.__main__ import main
-from kernelgate.gate.asv_results import IDENTITY, Case
+from kernelgate.gate.asv_results import IDENTITY
 from kernelgate.gate.confirm import remeasure
 from kernelgate.gate.findings import Finding, Verdict
 from kernelgate.gate.junit import GPU_SKIP_MARKER
@@ -796,8 +798,8 @@ def test_results_from_a_gpu_class_the_thresholds_do_not_cover(gate):
 
 
 def test_device_info_records_every_identity_key(monkeypatch):
-    monkeypatch.setattr(device_info.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(device_info.torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
     queries = []
 
     def nvidia_smi(argv, **kwargs):
@@ -838,8 +840,8 @@ def test_device_info_unknown_settings_when_nvidia_smi_cannot_say(monkeypatch, fa
             raise failure
         return failure
 
-    monkeypatch.setattr(device_info.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(device_info.torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
     monkeypatch.setattr(device_info.subprocess, "run", nvidia_smi)
     info = device_info.device_info()
     assert [info[key] for key in device_info.NVIDIA_SMI_FIELDS] == ["unknown"] * 4

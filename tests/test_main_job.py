@@ -11,8 +11,7 @@ import torch
 from asv.results import Results
 from support import fake_suite
 
-from kernelgate.measure import main_job
-from kernelgate.prcheck import bench
+from kernelgate.measure import main_job, workers
 
 ASV_CONF = {"version": 1, "project": "fake", "repo": ".", "branches": ["main"], "environment_type": "existing",
             "benchmark_dir": "benchmarks", "results_dir": ".asv/results", "html_dir": ".asv/html"}  # fmt: skip
@@ -83,12 +82,14 @@ def test_each_gpu_warms_and_measures_its_share_once(checkout, monkeypatch):
         main_job, "warm_up", lambda share, side, jobs: warmed.setdefault(side.env["CUDA_VISIBLE_DEVICES"], share)
     )
     commit = "c" * 40
-    suite = bench.discover([main_job.head_side(commit, None)])["head"]
-    cases = bench.selected(bench.suite_cases(suite), ["Devices|Fast"])
+    suite = workers.discover([main_job.head_side(commit, None)])["head"]
+    cases = workers.selected(workers.measured_cases(suite), ["Devices|Fast"])
     records = main_job.measure(commit, cases, ["3", "5"], samples=2)
-    assert sorted(records) == sorted(c.id for c in cases), "every case, once"
-    assert sorted(c.id for share in warmed.values() for c in share) == sorted(records), "each GPU warms its own share"
-    gpus = {records[c.id]["value"] for c in cases if c.kind == "track"}
+    assert sorted(records) == sorted(c.asv_id for c in cases), "every case, once"
+    assert sorted(c.asv_id for share in warmed.values() for c in share) == sorted(records), (
+        "each GPU warms its own share"
+    )
+    gpus = {records[c.asv_id]["value"] for c in cases if c.kind == "track"}
     assert gpus == {3.0, 5.0}, "both GPUs' workers measured, each seeing only its own GPU"
     # A case's variants stay on one GPU, as the PR check's shards keep them.
     for case in ("a", "b"):
@@ -108,12 +109,12 @@ def test_no_gpu_measures_before_every_warm_up_has_ended(checkout, monkeypatch):
         events.append("measuring")
         return measure_share(*args, **kwargs)
 
-    measure_share = bench.measure
+    measure_share = workers.measure
     monkeypatch.setattr(main_job, "warm_up", warm_up)
-    monkeypatch.setattr(bench, "measure", measure)
+    monkeypatch.setattr(workers, "measure", measure)
     commit = "c" * 40
-    suite = bench.discover([main_job.head_side(commit, None)])["head"]
-    main_job.measure(commit, bench.selected(bench.suite_cases(suite), ["Devices|Fast"]), ["3", "5"], samples=1)
+    suite = workers.discover([main_job.head_side(commit, None)])["head"]
+    main_job.measure(commit, workers.selected(workers.measured_cases(suite), ["Devices|Fast"]), ["3", "5"], samples=1)
     assert events == ["warmed", "warmed", "measuring", "measuring"]
 
 

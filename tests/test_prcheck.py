@@ -20,9 +20,12 @@ from asv.results import Results
 from support import fake_suite, split
 from support.shards import JUNIT, S1, S2, THRESHOLDS, ShardRun, commit, group_map, timing_record
 
+from kernelgate.asv_case import Case
 from kernelgate.kernels.device import interpreter_mode
-from kernelgate.measure import parallel
-from kernelgate.prcheck import bench, check, environments, isolation, results, selection
+from kernelgate.measure import parallel, results, workers
+from kernelgate.measure import shards as sharding
+from kernelgate.measure.steps import Steps
+from kernelgate.prcheck import check, environments, isolation, selection
 
 ROOT = Path(__file__).parents[1]
 
@@ -137,15 +140,16 @@ def test_a_malformed_group_map_is_refused(tmp_path, text):
 # --- shards --------------------------------------------------------------------------------------
 
 
-def _cases() -> list[bench.Case]:
+def _cases() -> list[Case]:
+    grid = {"param_names": ["s", "v"], "params": [["'s1'", "'s2'", "'s3'"], ["'v1'", "'v2'"]]}
     suite = {
-        "bench_a.A.time_x": {"type": "time", "params": [["'s1'", "'s2'", "'s3'"], ["'v1'", "'v2'"]]},
-        "bench_a.AMetrics.track_p": {"type": "track", "params": [["'s1'", "'s2'", "'s3'"], ["'v1'", "'v2'"]]},
-        "bench_a.AMetrics.track_q": {"type": "track", "params": [["'s1'", "'s2'", "'s3'"], ["'v1'", "'v2'"]]},
-        "bench_b.B.time_y": {"type": "time", "params": []},
-        "bench_b.B.peakmem_z": {"type": "peakmem", "params": []},
+        "bench_a.A.time_x": {"type": "time", **grid},
+        "bench_a.AMetrics.track_p": {"type": "track", **grid},
+        "bench_a.AMetrics.track_q": {"type": "track", **grid},
+        "bench_b.B.time_y": {"type": "time", "param_names": [], "params": []},
+        "bench_b.B.peakmem_z": {"type": "peakmem", "param_names": [], "params": []},
     }
-    return bench.suite_cases(suite)
+    return workers.measured_cases(suite)
 
 
 def test_suite_cases_number_combinations_as_asv_does():
@@ -153,17 +157,17 @@ def test_suite_cases_number_combinations_as_asv_does():
     assert len(cases) == 6 + 6 + 6 + 1  # peakmem_* is not measured
     x = [c for c in cases if c.benchmark == "bench_a.A.time_x"]
     assert [c.index for c in x] == list(range(6))
-    assert x[1].id == "bench_a.A.time_x('s1', 'v2')" and x[1].values == ["s1", "v2"]
+    assert x[1].asv_id == "bench_a.A.time_x('s1', 'v2')" and x[1].values == ["s1", "v2"]
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
 def test_every_case_lands_in_exactly_one_shard(count):
     cases = _cases()
-    shards = bench.shard(cases, count)
+    shards = sharding.shard(cases, count)
     assert len(shards) == count
     flat = [c for s in shards for c in s]
     assert sorted(flat) == sorted(cases), "each case exactly once"
-    assert bench.shard(list(reversed(cases)), count) == shards, "the same split whatever the order"
+    assert sharding.shard(list(reversed(cases)), count) == shards, "the same split whatever the order"
     for s in shards:  # a unit stays in one shard: a case's variants, all its track methods
         units = {c.unit for c in s}
         assert all(c in s for c in cases if c.unit in units)
@@ -172,10 +176,10 @@ def test_every_case_lands_in_exactly_one_shard(count):
 def test_a_time_case_shares_its_shard_with_its_other_implementations():
     """The gate's ordering rules (tma not slower than region) compare them within a shard."""
     cases = _cases()
-    for shard_cases in bench.shard(cases, 3):
+    for shard_cases in sharding.shard(cases, 3):
         for case in shard_cases:
             siblings = [c for c in cases if c.benchmark == case.benchmark and c.params[:-1] == case.params[:-1]]
-            assert all(c in shard_cases for c in siblings), case.id
+            assert all(c in shard_cases for c in siblings), case.asv_id
 
 
 def test_shards_balance_layer_norm_metrics_by_the_bytes_a_call_moves():
@@ -185,19 +189,20 @@ def test_shards_balance_layer_norm_metrics_by_the_bytes_a_call_moves():
     suite = {
         "bench_layer_norm.LayerNormWidthsMetrics.track_gbps": {
             "type": "track",
+            "param_names": ["shape", "dtype", "direction", "variant"],
             "params": [[big, *[f"'{m}x1024'" for m in range(1000, 1032)]], ["'float32'"], ["'fwd+bwd'"], ["'auto'"]],
         },
     }
-    cases = bench.suite_cases(suite)
-    seconds = {c.id: bench._metrics_unit_seconds(c) for c in cases}
+    cases = workers.measured_cases(suite)
+    seconds = {c.asv_id: sharding._metrics_unit_seconds(c) for c in cases}
     largest = max(seconds, key=seconds.get)
     assert largest.endswith(f"({big}, 'float32', 'fwd+bwd', 'auto')")
     assert seconds[largest] > 3 * min(seconds.values())
-    shards = bench.shard(cases, 2)
-    with_big = next(s for s in shards if any(big in c.id for c in s))
+    shards = sharding.shard(cases, 2)
+    with_big = next(s for s in shards if any(big in c.asv_id for c in s))
     other = next(s for s in shards if s is not with_big)
     assert len(with_big) < len(other)
-    loads = [sum(seconds[c.id] for c in s) for s in shards]
+    loads = [sum(seconds[c.asv_id] for c in s) for s in shards]
     assert max(loads) < 1.1 * min(loads)
 
 
@@ -206,20 +211,25 @@ def test_shards_balance_an_attention_backward_by_its_work():
     second: the shard that takes it takes fewer of the rest, so no shard keeps the verdict waiting."""
     configs = ["'long-128-causal-bf16'", "'gqa8-128-causal'"]
     suite = {
-        "bench_attention.AttentionBackward.time_backward": {"type": "time", "params": [configs, ["'elem'", "'tma'"]]},
+        "bench_attention.AttentionBackward.time_backward": {
+            "type": "time",
+            "param_names": ["config", "impl"],
+            "params": [configs, ["'elem'", "'tma'"]],
+        },
         "bench_layer_norm.LayerNorm.time_layer_norm": {
             "type": "time",
-            "params": [[f"'{i}'" for i in range(300)], ["'auto'"]],
+            "param_names": ["shape", "dtype", "direction", "impl"],
+            "params": [[f"'{m}x1024'" for m in range(1, 301)], ["'float32'"], ["'fwd'"], ["'auto'"]],
         },
     }
-    cases = bench.suite_cases(suite)
-    long_s = sum(bench._time_case_seconds(c) for c in cases if "long-128" in c.id)
-    assert long_s > 40 * bench.TIME_CASE_S  # the case the split has to weigh
-    shards = bench.shard(cases, 2)
-    with_long = next(s for s in shards if any("long-128" in c.id for c in s))
+    cases = workers.measured_cases(suite)
+    long_s = sum(sharding._time_case_seconds(c) for c in cases if "long-128" in c.asv_id)
+    assert long_s > 40 * sharding.TIME_CASE_S  # the case the split has to weigh
+    shards = sharding.shard(cases, 2)
+    with_long = next(s for s in shards if any("long-128" in c.asv_id for c in s))
     other = next(s for s in shards if s is not with_long)
-    assert len([c for c in with_long if "layer_norm" in c.id]) < len([c for c in other if "layer_norm" in c.id])
-    assert all("gqa8-128-causal" not in c.id for c in with_long)
+    assert len([c for c in with_long if "layer_norm" in c.asv_id]) < len([c for c in other if "layer_norm" in c.asv_id])
+    assert all("gqa8-128-causal" not in c.asv_id for c in with_long)
 
 
 @pytest.mark.parametrize("count", [2, 3, 4])
@@ -267,8 +277,8 @@ def test_base_warms_every_case_the_check_times_on_it(groups):
     for cls in (bench_layer_norm.LayerNorm, bench_layer_norm.LayerNormWidths):
         name = f"bench_layer_norm.{cls.__name__}.time_layer_norm"
         for params in itertools.product(*cls.params):
-            case = bench.Case(name, 0, tuple(repr(p) for p in params), "time")
-            if bench.selected([case], patterns):
+            case = Case(name, tuple(zip(cls.param_names, map(repr, params), strict=True)))
+            if workers.selected([case], patterns):
                 timed.add(("layer_norm", *params))
     assert timed and warmed == timed, "base warms what it times, no more"
     assert len(warm.items(("layer_norm",))) > len(warmed), "head warms the compiled references too"
@@ -283,21 +293,23 @@ def fake_tree(tmp_path):
 
 
 def _side(role, tree, tmp_path, env=None):
-    return bench.Side(role, role[0] * 40, tree, Path(sys.executable), env or {}, tmp_path / f"{role}.log")
+    return workers.Side(
+        role, role[0] * 40, tree, Path(sys.executable), {**os.environ, **(env or {})}, tmp_path / f"{role}.log"
+    )
 
 
-def _every_track(case, suite):
+def _every_track(case):
     return True
 
 
 def test_interleaved_measurement_of_both_commits(fake_tree, tmp_path):
     sides = [_side("base", fake_tree, tmp_path), _side("head", fake_tree, tmp_path)]
-    suites = bench.discover(sides)
+    suites = workers.discover(sides)
     chosen = check.chosen_cases(suites, [r"^bench_fake\."], _every_track)
     assert {c.kind for c in chosen["base"]} == {"time"}, "base runs only what is compared"
     tracked = [c for c in chosen["head"] if c.benchmark == "bench_fake.Metrics.track_measured"]
     chosen["head"] = [c for c in chosen["head"] if c.kind == "time"] + [tracked[0]]  # one of four
-    records = bench.measure(sides, chosen, rounds=2, samples=3)
+    records = workers.measure(sides, chosen, rounds=2, samples=3)
     for role in ("base", "head"):
         fast = records[role]["bench_fake.Fast.time_sum('a')"]
         assert fast["status"] == "ok" and len(fast["samples"]) == 6, "2 rounds of 3 samples"
@@ -308,7 +320,7 @@ def test_interleaved_measurement_of_both_commits(fake_tree, tmp_path):
         assert records[role]["bench_fake.Loud.time_quiet"]["status"] == "ok", "stray output is not an answer"
     assert "bench_fake.Metrics.track_measured('s1', 'v1')" not in records["base"]
     # setup_cache was told which combinations the run needs: one shape, not both.
-    assert records["head"][tracked[0].id] == {**records["head"][tracked[0].id], "status": "ok", "value": 1.0}
+    assert records["head"][tracked[0].asv_id] == {**records["head"][tracked[0].asv_id], "status": "ok", "value": 1.0}
 
     machine = {"machine": "h100-test", "gpu": "NVIDIA H100", "gpu_class": "H100", "python": "3.11", "version": 1}
     results.write_machine(tmp_path / "results", machine)
@@ -377,11 +389,13 @@ def test_head_measures_only_the_track_values_a_rule_bounds(fake_tree, tmp_path, 
     """The main job's history tracks every value; the check measures those a floor or ceiling judges there,
     base's or one head adds."""
     _judging_files(tmp_path, BOUNDS, BOUNDS + head_adds)
-    suites = bench.discover([_side("base", fake_tree, tmp_path), _side("head", fake_tree, tmp_path)])
+    suites = workers.discover([_side("base", fake_tree, tmp_path), _side("head", fake_tree, tmp_path)])
     chosen = check.chosen_cases(suites, [r"^bench_fake\."], check.bounded_tracks(tmp_path, gpu_class))
-    tracks = [c.id for c in chosen["head"] if c.kind == "track"]
+    tracks = [c.asv_id for c in chosen["head"] if c.kind == "track"]
     assert tracks == [f"bench_fake.Metrics.track_measured('{pair}')" for pair in expected]
-    assert {c.id for c in chosen["head"] if c.kind == "time"} == {c.id for c in chosen["base"]}, "every time case"
+    assert {c.asv_id for c in chosen["head"] if c.kind == "time"} == {c.asv_id for c in chosen["base"]}, (
+        "every time case"
+    )
 
 
 def test_each_shard_chooses_its_cases_then_measures_them(fake_tree, tmp_path):
@@ -397,9 +411,9 @@ def test_each_shard_chooses_its_cases_then_measures_them(fake_tree, tmp_path):
             side = _side(role, fake_tree, tmp_path)
             plan.sides[role] = {"commit": side.commit, "tree": str(side.tree), "python": str(side.python),
                                 "env": {}, "log": str(out / "logs" / f"{role}-worker.log")}  # fmt: skip
-        cases = check.choose(plan, out, check.Steps())
-        assert plan.cases == {role: [c.id for c in role_cases] for role, role_cases in cases.items()}
-        records = check.measure(plan, check.Steps(), cases)
+        cases = check.choose(plan, out, Steps())
+        assert plan.cases == {role: [c.asv_id for c in role_cases] for role, role_cases in cases.items()}
+        records = check.measure(plan, Steps(), cases)
         for role in ("base", "head"):
             assert sorted(records[role]) == sorted(plan.cases[role]), "measured what was chosen, no more"
             measured.setdefault(role, []).extend(plan.cases[role])
@@ -478,9 +492,11 @@ def test_a_case_past_its_timeout_fails_alone_and_the_run_goes_on(fake_tree, tmp_
     (fake_tree / "benchmarks" / "bench_hangs.py").write_text(HANGING_SUITE)
     pids = tmp_path / "pids"
     sides = [_side(role, fake_tree, tmp_path, {"HANG_PIDS": str(pids)}) for role in ("base", "head")]
-    suites = bench.discover(sides)
-    chosen = {role: bench.selected(bench.suite_cases(suite), [r"^bench_hangs\."]) for role, suite in suites.items()}
-    records = bench.measure(sides, chosen, rounds=2, samples=2)
+    suites = workers.discover(sides)
+    chosen = {
+        role: workers.selected(workers.measured_cases(suite), [r"^bench_hangs\."]) for role, suite in suites.items()
+    }
+    records = workers.measure(sides, chosen, rounds=2, samples=2)
     for role in ("base", "head"):
         hung = records[role]["bench_hangs.Hangs.time_never"]
         assert hung["status"] == "failed" and "within the benchmark's timeout, 1 s" in hung["message"]
@@ -503,11 +519,11 @@ def test_a_worker_lost_on_case_after_case_stops_the_run(fake_tree, tmp_path):
     crashing = "\n".join(f"class Crash{k}:\n{crash}" for k in range(4))
     (fake_tree / "benchmarks" / "bench_crashes.py").write_text("import os\n\n" + crashing)
     side = _side("head", fake_tree, tmp_path)
-    cases = bench.selected(bench.suite_cases(bench.discover([side])["head"]), [r"^bench_crashes\."])
+    cases = workers.selected(workers.measured_cases(workers.discover([side])["head"]), [r"^bench_crashes\."])
     with pytest.raises(
-        bench.WorkerError, match=r"head worker was lost on 3 cases in a row; the last:\nsetup: .*exited \(3\)"
+        workers.WorkerError, match=r"head worker was lost on 3 cases in a row; the last:\nsetup: .*exited \(3\)"
     ):
-        bench.measure([side], {"head": cases}, rounds=1, samples=1)
+        workers.measure([side], {"head": cases}, rounds=1, samples=1)
 
 
 # A stand-in for torch whose CUDA context a case can break, as an illegal address or a device-side assert
@@ -597,8 +613,8 @@ def test_a_case_that_breaks_the_cuda_context_fails_alone(fake_tree, tmp_path):
     context usable keeps the worker."""
     (fake_tree / "benchmarks" / "bench_breaks.py").write_text(BREAKING_SUITE)
     side = _side("head", fake_tree, tmp_path)
-    cases = bench.selected(bench.suite_cases(bench.discover([side])["head"]), [r"^bench_breaks\."])
-    records = bench.measure([side], {"head": cases}, rounds=2, samples=2)["head"]
+    cases = workers.selected(workers.measured_cases(workers.discover([side])["head"]), [r"^bench_breaks\."])
+    records = workers.measure([side], {"head": cases}, rounds=2, samples=2)["head"]
     stopped = "The worker stops: its CUDA context is broken: CUDA error: an illegal memory access was encountered"
     for case, stage in (("BreaksInSamples", "samples"), ("BreaksInSetup", "setup")):
         record = records[f"bench_breaks.{case}.time_crash"]
@@ -642,8 +658,8 @@ def test_a_device_side_assert_fails_its_case_alone_on_a_gpu(cuda_device, fake_tr
     """The same on a real GPU: a device-side assert breaks the worker's CUDA context for good."""
     (fake_tree / "benchmarks" / "bench_asserts.py").write_text(DEVICE_ASSERT_SUITE)
     side = _side("head", fake_tree, tmp_path)
-    cases = bench.selected(bench.suite_cases(bench.discover([side])["head"]), [r"^bench_asserts\."])
-    records = bench.measure([side], {"head": cases}, rounds=2, samples=2)["head"]
+    cases = workers.selected(workers.measured_cases(workers.discover([side])["head"]), [r"^bench_asserts\."])
+    records = workers.measure([side], {"head": cases}, rounds=2, samples=2)["head"]
     crashed = records["bench_asserts.BreaksTheContext.time_nothing"]
     assert crashed["status"] == "failed"
     assert crashed["reason"].startswith("setup: The worker stops: its CUDA context is broken: CUDA error"), crashed
@@ -664,8 +680,8 @@ def test_a_worker_that_cannot_load_the_suite_is_an_error(tmp_path):
     tree = tmp_path / "tree"
     (tree / "benchmarks").mkdir(parents=True)
     (tree / "benchmarks" / "__init__.py").write_text("raise ImportError('broken suite')\n")
-    with pytest.raises(bench.WorkerError, match="did not load"):
-        bench.discover([_side("head", tree, tmp_path)])
+    with pytest.raises(workers.WorkerError, match="did not load"):
+        workers.discover([_side("head", tree, tmp_path)])
 
 
 # --- each commit's environment ---------------------------------------------------------------------
@@ -758,10 +774,11 @@ def test_heads_environment_is_built_as_its_user_in_its_scratch_folder(runner_for
     args.out.mkdir()
     scratch = isolation.scratch(HEAD_USER)
     try:
-        plan = check.prepare(args, check.Steps(), scratch)
+        plan = check.prepare(args, Steps(), scratch)
         head, base = plan.side("head"), plan.side("base")
         uid = isolation.account(HEAD_USER).pw_uid
-        assert head.user == HEAD_USER and base.user is None
+        assert plan.sides["head"]["user"] == HEAD_USER and plan.sides["base"]["user"] is None
+        assert head.as_user == isolation.popen_user(HEAD_USER) and base.as_user == {}
         assert scratch in head.tree.parents and scratch in head.python.parents
         assert head.tree.stat().st_uid == uid and (head.tree / "src" / "kernel.py").stat().st_uid == uid
         assert base.tree.stat().st_uid == 0 and scratch not in base.python.parents
@@ -1026,8 +1043,8 @@ def test_a_re_measurement_keeps_each_cases_first_reading(shard_run, monkeypatch)
     one, _ = run.two_shards()
     first = json.loads((one / "measurements.json").read_text())
     monkeypatch.setattr(check.Plan, "side", lambda plan, role: role)
-    monkeypatch.setattr(bench, "measure", lambda sides, cases: {
-        role: {c.id: timing_record(c.index, 1.5) for c in cases[role]} for role in sides
+    monkeypatch.setattr(workers, "measure", lambda sides, cases: {
+        role: {c.asv_id: timing_record(c.index, 1.5) for c in cases[role]} for role in sides
     })  # fmt: skip
     argv = ["remeasure", "--out", str(one), "--base", run.base, "--head", run.head, "--regex", "s1"]
     assert prcheck_main(argv) == 0
@@ -1145,15 +1162,15 @@ def test_measured_results_are_what_the_gate_judges(fake_tree, tmp_path, head_tic
         _side("base", fake_tree, tmp_path, {"FAKE_TICK": "1e-5"}),
         _side("head", fake_tree, tmp_path, {"FAKE_TICK": head_tick}),
     ]
-    suites = bench.discover(sides)
+    suites = workers.discover(sides)
     cases = check.chosen_cases(suites, [r"^bench_fake\.Ticks\."], _every_track)
     # 10 samples a commit: fewer cannot reach asv's significance level (p < 0.002) even when apart.
-    records = bench.measure(sides, cases, rounds=2, samples=5)
+    records = workers.measure(sides, cases, rounds=2, samples=5)
     out = tmp_path / "out"
     for role in suites:
         results.write_suite(out / "suites" / f"{role}.json", suites[role])
     machine = {"machine": "h100-test", "gpu": "NVIDIA H100", "gpu_class": "H100", "python": "3.11", "version": 1}
-    ids = [c.id for c in cases["head"]]
+    ids = [c.asv_id for c in cases["head"]]
     plan = check.Plan("a" * 40, "b" * 40, machine, ["g"], {}, (1, 1), [], [], dates={"base": 0, "head": 1000})
     plan.cases = {"base": ids, "head": ids}
     check.write_results(plan, out, records)
@@ -1174,15 +1191,15 @@ def test_the_gate_reports_why_a_case_failed(fake_tree, tmp_path):
     from kernelgate.gate.__main__ import main as gate_main
 
     sides = [_side(role, fake_tree, tmp_path) for role in ("base", "head")]
-    suites = bench.discover(sides)
+    suites = workers.discover(sides)
     cases = check.chosen_cases(suites, [r"^bench_fake\.(Ticks|Broken)\."], _every_track)
-    records = bench.measure(sides, cases, rounds=1, samples=2)
+    records = workers.measure(sides, cases, rounds=1, samples=2)
     out = tmp_path / "out"
     for role in suites:
         results.write_suite(out / "suites" / f"{role}.json", suites[role])
     machine = {"machine": "h100-test", "gpu": "NVIDIA H100", "gpu_class": "H100", "python": "3.11", "version": 1}
     plan = check.Plan("a" * 40, "b" * 40, machine, ["g"], {}, (1, 1), [], [], dates={"base": 0, "head": 1000})
-    plan.cases = {role: [c.id for c in cases[role]] for role in cases}
+    plan.cases = {role: [c.asv_id for c in cases[role]] for role in cases}
     check.write_results(plan, out, records)
     (tmp_path / "tests.xml").write_text(JUNIT)
     (tmp_path / "thresholds.toml").write_text(THRESHOLDS)
@@ -1222,13 +1239,10 @@ def test_the_warm_up_runs_both_commits_and_leaves_the_references_to_head(tmp_pat
             "env": env,
             "log": str(log),
         }
-    timed = bench.Case(
-        "bench_layer_norm.LayerNorm.time_layer_norm", 0, ("'4096x1024'", "'float32'", "'fwd'", "'auto'"), "time"
-    )
-    bounded = bench.Case(
-        "bench_layer_norm.LayerNormMetrics.track_gbps", 0, ("'4096x1024'", "'float32'", "'fwd'", "'auto'"), "track"
-    )
-    check.warm_up(plan, check.Steps(), {"base": [timed], "head": [timed, bounded]})
+    params = (("shape", "'4096x1024'"), ("dtype", "'float32'"), ("direction", "'fwd'"), ("impl", "'auto'"))
+    timed = Case("bench_layer_norm.LayerNorm.time_layer_norm", params)
+    bounded = Case("bench_layer_norm.LayerNormMetrics.track_gbps", params)
+    check.warm_up(plan, Steps(), {"base": [timed], "head": [timed, bounded]})
     logs = {role: (tmp_path / "out" / "logs" / f"{role}-warm.log").read_text() for role in ("base", "head")}
     assert "--without-references" in logs["base"] and "--without-references" not in logs["head"]
     assert all("'--groups', 'layer_norm'" in text for text in logs.values())
@@ -1303,7 +1317,7 @@ def test_a_runner_pinned_to_some_cores_sizes_its_processes_by_them(tmp_path, mon
     assert parallel.default_jobs(12) == 12 and parallel.default_jobs(32) == 14
     monkeypatch.setattr(subprocess, "Popen", FakeTests)
     FakeTests.events = []
-    with check.tests_beside(plan_with_tests(tmp_path), tmp_path, check.Steps()):
+    with check.tests_beside(plan_with_tests(tmp_path), tmp_path, Steps()):
         pass
     argv = FakeTests.events[0][1]
     assert argv[argv.index("-n") + 1] == str(min(check.TEST_PROCESSES, 16))
@@ -1314,7 +1328,7 @@ def test_the_gpu_tests_end_before_the_benchmarks_start(tmp_path, monkeypatch):
     fails beside them stops them."""
     monkeypatch.setattr(subprocess, "Popen", FakeTests)
     FakeTests.events = []
-    steps = check.Steps()
+    steps = Steps()
     with check.tests_beside(plan_with_tests(tmp_path), tmp_path, steps):
         FakeTests.events.append("warm-up")
     assert [e if isinstance(e, str) else e[0] for e in FakeTests.events] == ["start", "warm-up", "wait"]

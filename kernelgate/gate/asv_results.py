@@ -10,7 +10,6 @@ the benchmark failed or timed out, NaN when it was skipped or returned NaN. A fi
 that is not what asv writes is a GateError naming it.
 """
 
-import ast
 import dataclasses
 import functools
 import itertools
@@ -23,6 +22,7 @@ from asv.benchmarks import Benchmarks
 from asv.machine import Machine
 from asv.results import Results
 
+from kernelgate.asv_case import Case, suite_cases
 from kernelgate.gate import GateError
 
 # What makes two result sets comparable: the runner, its GPU and the settings and software that change
@@ -37,44 +37,6 @@ REQUIRED_IDENTITY = ("machine", "gpu", "gpu_class")
 # What asv's loaders raise on a file of an unexpected form: bytes that are not UTF-8 (a ValueError),
 # invalid JSON, or JSON of the wrong types or shapes.
 _MALFORMED = (util.UserError, ValueError, TypeError, KeyError, IndexError, AttributeError)
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One parameter combination of one benchmark."""
-
-    benchmark: str  # asv's name: module.Class.method
-    params: tuple[tuple[str, str], ...] = ()  # (name, asv's repr of the value), in declared order
-
-    def value(self, name: str) -> str | None:
-        """The parameter's value as written in the benchmark (``'fwd'`` -> ``fwd``)."""
-        return next((_unquote(raw) for key, raw in self.params if key == name), None)
-
-    @property
-    def label(self) -> str:
-        return ", ".join(_unquote(raw) for _, raw in self.params) or "-"
-
-    @property
-    def asv_id(self) -> str:
-        """The name asv's ``--bench`` regex is matched against."""
-        if not self.params:
-            return self.benchmark
-        return f"{self.benchmark}({', '.join(raw for _, raw in self.params)})"
-
-    @property
-    def timed(self) -> bool:
-        """A sampled wall-clock time (lower is better), as opposed to a tracked value."""
-        return self.benchmark.rsplit(".", 1)[-1].startswith("time_")
-
-    def replaced(self, changes: dict[str, str]) -> "Case":
-        return Case(self.benchmark, tuple((k, repr(changes[k]) if k in changes else raw) for k, raw in self.params))
-
-
-def _unquote(raw: str) -> str:
-    try:
-        return str(ast.literal_eval(raw))
-    except (ValueError, SyntaxError):
-        return raw
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,15 +90,6 @@ class Run:
             for case, m in self.measurements.items()
         }
         return dataclasses.replace(self, measurements=measurements)
-
-
-def suite_cases(suite: dict[str, dict]) -> frozenset[Case]:
-    """Every case a benchmarks.json declares: each benchmark's parameter combinations."""
-    return frozenset(
-        Case(name, tuple(zip(meta["param_names"], combo, strict=True)))
-        for name, meta in suite.items()
-        for combo in itertools.product(*meta["params"])
-    )
 
 
 def load_suite(path: Path) -> dict[str, dict]:
@@ -239,7 +192,8 @@ def _run(results: Results, path: Path, commit: str, role: str, suite: dict[str, 
     if not measurements:
         raise GateError(f"{path} holds no benchmark results")
     units = {name: suite.get(name, {}).get("unit", "") for name in results.get_all_result_keys()}
-    return Run(results.commit_hash, results.params, measurements, units, suite_cases(suite) if own_suite else None)
+    cases = frozenset(suite_cases(suite)) if own_suite else None
+    return Run(results.commit_hash, results.params, measurements, units, cases)
 
 
 def _measurements(results: Results, name: str, meta: dict | None) -> dict[Case, Measurement]:

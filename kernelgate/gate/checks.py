@@ -23,8 +23,9 @@ import fnmatch
 
 from asv.commands.compare import _is_result_better  # asv compare's own test of "a is better than b"
 
+from kernelgate.asv_case import Case
 from kernelgate.gate import GateError
-from kernelgate.gate.asv_results import Case, Measurement, Run
+from kernelgate.gate.asv_results import Measurement, Run
 from kernelgate.gate.findings import Finding, Verdict, human
 from kernelgate.gate.thresholds import Rule, Thresholds
 
@@ -88,7 +89,7 @@ def _check_timed(rules: list[Rule], head: Run) -> None:
     for rule in rules:
         if rule.max_slowdown is None and not rule.not_slower_than:
             continue
-        untimed = next((c for c in head.measurements if rule.matches(c) and not c.timed), None)
+        untimed = next((c for c in head.measurements if rule.matches(c) and c.kind != "time"), None)
         if untimed is not None:
             raise GateError(f"perf thresholds: {rule.label} compares times but matches {untimed.benchmark}")
 
@@ -153,7 +154,7 @@ def invalid_times(base: Run, head: Run) -> list[Finding]:
 
 def _not_a_time(case: Case, m: Measurement | None) -> str:
     """What in a time_* measurement is at or below 0 s (its value, its samples), or "" when nothing is."""
-    if m is None or not case.timed:
+    if m is None or case.kind != "time":
         return ""
     bad = [f"value {m.value:g} s"] if m.finite and m.value <= 0 else []
     samples = [s for s in m.samples or [] if s <= 0]
@@ -201,7 +202,7 @@ def slowdowns(thresholds: Thresholds, rules: list[Rule], base: Run, head: Run) -
     return [
         _slowdown(thresholds, rules, case, base, h, head.units.get(case.benchmark, ""))
         for case, h in head.measurements.items()
-        if case.timed and _usable(case, h) and not _not_a_time(case, base.measurements.get(case))
+        if case.kind == "time" and _usable(case, h) and not _not_a_time(case, base.measurements.get(case))
     ]
 
 
@@ -270,7 +271,7 @@ def coverage(thresholds: Thresholds, base: Run, head: Run, findings: list[Findin
     measured and base's results hold (those not new in head)."""
     compared = sum(1 for f in findings if f.check == "slowdown" and f.ratio is not None)
     comparable = sum(
-        1 for case, m in head.measurements.items() if case.timed and m.finite and case in base.measurements
+        1 for case, m in head.measurements.items() if case.kind == "time" and m.finite and case in base.measurements
     )
     if compared == 0:
         reason = "nothing was compared: no time_* case has a value at both base and head"

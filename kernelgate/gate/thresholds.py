@@ -47,8 +47,8 @@ import math
 import tomllib
 from pathlib import Path
 
+from kernelgate.asv_case import Case
 from kernelgate.gate import GateError
-from kernelgate.gate.asv_results import Case
 
 _NUMBER = (int, float)
 _GLOBS = (str, list)

@@ -12,8 +12,7 @@ import importlib.metadata
 import json
 import platform
 import subprocess
-
-import torch
+import sys
 
 SMOKE_MACHINE = "cpu-smoke-interpreter"
 
@@ -52,6 +51,8 @@ def _nvidia_smi() -> dict[str, str]:
 
 
 def device_info() -> dict[str, str]:
+    import torch  # here: the PR check's processes that only read results import this module without it
+
     from kernelgate.kernels.device import gpu_class
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (Triton interpreter)"
@@ -72,6 +73,15 @@ def machine_name(info: dict[str, str]) -> str:
     if info["gpu_class"] == "interpreter":
         return SMOKE_MACHINE
     return f"{info['gpu_class'].lower()}-{platform.node()}"
+
+
+def machine_entry() -> dict:
+    """This runner as asv's machine file records it, with the GPU and package versions (device_info)."""
+    from asv.machine import Machine
+
+    info = device_info()
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return {**Machine.get_defaults(), **info, "machine": machine_name(info), "python": python}
 
 
 def register_asv_machine(name: str | None = None) -> str:

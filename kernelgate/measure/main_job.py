@@ -1,6 +1,6 @@
 """The main job (``nox -s bench``): benchmark this checkout, file asv results, publish the history, print the table.
 
-The asv suite in ``benchmarks/`` runs in the PR check's benchmark process (``kernelgate.prcheck.worker``):
+The asv suite in ``benchmarks/`` runs in the benchmark worker the PR check runs too (``kernelgate.measure.workers``):
 one process keeps the suite loaded and takes each case's samples with asv's own timing loop, instead
 of a process per benchmark as ``asv run`` starts (about 4 s each, longer than most cases take to
 measure). So main's history and a pull request's verdict come from the same samples. With several
@@ -24,15 +24,18 @@ import sys
 from pathlib import Path
 
 from kernelgate import cli
+from kernelgate.asv_case import Case
+from kernelgate.measure import results, shards, workers
+from kernelgate.measure.device_info import machine_entry
 from kernelgate.measure.parallel import default_jobs
+from kernelgate.measure.steps import Steps
 from kernelgate.measure.warm import WARM_CASES_ENV
-from kernelgate.prcheck import bench, results
 
 RESULTS_DIR = Path(".asv/results")
 LOGS_DIR = Path(".asv/main-job")
 ENV_NAME = "main"  # results files are <commit[:8]>-main.json
 # As many samples of each time case as the PR check takes of each commit; one without a GPU.
-GPU_SAMPLES = bench.ROUNDS * bench.SAMPLES_PER_ROUND
+GPU_SAMPLES = workers.ROUNDS * workers.SAMPLES_PER_ROUND
 
 
 def git(*args: str) -> subprocess.CompletedProcess:
@@ -70,38 +73,38 @@ def visible_gpus(wanted: int | None) -> list[str]:
     return ids[:count]
 
 
-def head_side(commit: str, gpu: str | None) -> bench.Side:
-    env = {} if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu}
+def head_side(commit: str, gpu: str | None) -> workers.Side:
+    env = {**os.environ, **({} if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu})}
     log = LOGS_DIR / f"worker-gpu{gpu}.log" if gpu is not None else LOGS_DIR / "worker.log"
-    return bench.Side("head", commit, Path.cwd(), Path(sys.executable), env, log.resolve())
+    return workers.Side("head", commit, Path.cwd(), Path(sys.executable), env, log.resolve())
 
 
-def warm_up(cases: list[bench.Case], side: bench.Side, jobs: int) -> None:
+def warm_up(cases: list[Case], side: workers.Side, jobs: int) -> None:
     """Fill the JIT caches for ``cases`` on the side's GPU; a failure is not fatal (setup compiles what is missing)."""
     chosen = side.log.with_name(side.log.stem + "-warm-cases.json")
     chosen.parent.mkdir(parents=True, exist_ok=True)
     chosen.write_text(json.dumps([[c.kind, c.values] for c in cases]))
-    env = {**os.environ, **side.env, WARM_CASES_ENV: str(chosen)}
+    env = {**side.env, WARM_CASES_ENV: str(chosen)}
     argv = [sys.executable, "-m", "kernelgate.measure.warm", f"--jobs={jobs}"]
     code = subprocess.run(argv, env=env, check=False).returncode
     if code:
         print(f"the JIT warm-up exited {code}: each benchmark's setup compiles what is missing", flush=True)
 
 
-def measure(commit: str, cases: list[bench.Case], gpus: list[str] | None, samples: int) -> dict[str, dict]:
+def measure(commit: str, cases: list[Case], gpus: list[str] | None, samples: int) -> dict[str, dict]:
     """{case id: record}. Each GPU takes a share of the cases (a case's variants, which its metrics
     measure together, stay on one) and warms its JIT caches; once every GPU's warm-up has ended, each
     measures its share in its own process. A GPU that measured while another's warm-up still compiled
     would read host costs on a busy CPU."""
     if not gpus:
-        return bench.measure([head_side(commit, None)], {"head": cases}, rounds=1, samples=samples)["head"]
+        return workers.measure([head_side(commit, None)], {"head": cases}, rounds=1, samples=samples)["head"]
     jobs = default_jobs(12, shares=len(gpus))  # warm.py's own default, on each GPU's part of the cores
-    shares = [(head_side(commit, gpu), share) for gpu, share in zip(gpus, bench.shard(cases, len(gpus)), strict=True)]
+    shares = [(head_side(commit, gpu), share) for gpu, share in zip(gpus, shards.shard(cases, len(gpus)), strict=True)]
     shares = [(side, share) for side, share in shares if share]
     with concurrent.futures.ThreadPoolExecutor(len(shares)) as pool:
         for warming in [pool.submit(warm_up, share, side, jobs) for side, share in shares]:
             warming.result()
-        runs = [pool.submit(bench.measure, [side], {"head": part}, rounds=1, samples=samples) for side, part in shares]
+        runs = [pool.submit(workers.measure, [side], {"head": p}, rounds=1, samples=samples) for side, p in shares]
         return {case_id: record for run in runs for case_id, record in run.result()["head"].items()}
 
 
@@ -121,17 +124,15 @@ def main(argv: list[str]) -> int:
         print(f"WARNING: uncommitted changes; their results are filed under HEAD ({commit[:8]})", flush=True)
     date_ms = int(git("show", "-s", "--format=%ct", commit).stdout.strip()) * 1000
 
-    from kernelgate.prcheck.check import Steps, machine_entry
-
     steps = Steps()
     with steps("machine and suite"):
         machine = machine_entry()
         gpus = visible_gpus(args.gpus) if args.gpu else None
         try:
-            suite = bench.discover([head_side(commit, None)])["head"]
-        except bench.WorkerError as exc:
+            suite = workers.discover([head_side(commit, None)])["head"]
+        except workers.WorkerError as exc:
             raise SystemExit(str(exc)) from None
-        cases = bench.selected(bench.suite_cases(suite), args.bench or [".*"])
+        cases = workers.selected(workers.measured_cases(suite), args.bench or [".*"])
         if not cases:
             raise SystemExit(f"no benchmark case matches {args.bench}")
         where = f"{len(gpus)} GPU(s)" if gpus else "Triton's interpreter"
@@ -139,7 +140,7 @@ def main(argv: list[str]) -> int:
     with steps("JIT warm-up and benchmarks" if args.gpu else "benchmarks"):
         try:
             records = measure(commit, cases, gpus, GPU_SAMPLES if args.gpu else 1)
-        except bench.WorkerError as exc:
+        except workers.WorkerError as exc:
             raise SystemExit(f"the benchmark process stopped; nothing was recorded:\n{exc}") from None
     with steps("results and history"):
         results.write_suite(RESULTS_DIR / "benchmarks.json", suite)

@@ -21,8 +21,10 @@ import traceback
 from pathlib import Path
 
 from kernelgate import cli
-from kernelgate.prcheck import bench, check, isolation, selection
-from kernelgate.prcheck.check import CheckError, Plan, Steps
+from kernelgate.measure import workers
+from kernelgate.measure.steps import Steps
+from kernelgate.prcheck import check, isolation, selection
+from kernelgate.prcheck.check import CheckError, Plan
 
 DEFAULT_WORK = Path(".pr-check")
 
@@ -162,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         check.write_results(plan, out, records)
         plan.save(out)  # the gate's re-measurement reads it
         code = check.gate(plan, out, check.junit_files(out), steps)
-    except (CheckError, bench.WorkerError, selection.SelectionError, isolation.IsolationError, OSError,
+    except (CheckError, workers.WorkerError, selection.SelectionError, isolation.IsolationError, OSError,
             subprocess.SubprocessError) as exc:  # fmt: skip
         return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)
     except Exception as exc:  # a bug or an unforeseen input still leaves a red report, never none
@@ -186,15 +188,17 @@ def remeasure(args: argparse.Namespace) -> int:
     first, fresh = json.loads((args.out / check.MEASUREMENTS).read_text()), check.remeasured(args.out)
     again = {}
     for role, suite in check.read_suites(args.out).items():
-        again[role] = [c for c in bench.suite_cases(suite) if c.id in plan.cases[role] and re.search(args.regex, c.id)]
+        again[role] = [
+            c for c in workers.measured_cases(suite) if c.asv_id in plan.cases[role] and re.search(args.regex, c.asv_id)
+        ]
     if args.recorded:
-        missing = [f"{role} {c.id}" for role, cases in again.items() for c in cases if c.id not in fresh[role]]
+        missing = [f"{role} {c.asv_id}" for role, cases in again.items() for c in cases if c.asv_id not in fresh[role]]
         if missing:
             raise SystemExit(f"no shard re-measured {len(missing)} of the cases to judge again, e.g. {missing[0]}")
-        chosen = {role: {c.id: fresh[role][c.id] for c in cases} for role, cases in again.items()}
+        chosen = {role: {c.asv_id: fresh[role][c.asv_id] for c in cases} for role, cases in again.items()}
     else:
         print(f"re-measuring {len(again['base'])} base and {len(again['head'])} head cases", flush=True)
-        chosen = bench.measure([plan.side("base"), plan.side("head")], again)
+        chosen = workers.measure([plan.side("base"), plan.side("head")], again)
         for role in fresh:
             fresh[role].update(chosen[role])
         (args.out / check.REMEASURED).write_text(json.dumps(fresh))

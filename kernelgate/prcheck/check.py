@@ -25,8 +25,12 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
+from kernelgate.asv_case import Case
+from kernelgate.measure import results, shards, workers
+from kernelgate.measure.device_info import machine_entry
 from kernelgate.measure.parallel import available_cpus, default_jobs
-from kernelgate.prcheck import bench, isolation, results, selection
+from kernelgate.measure.steps import Steps
+from kernelgate.prcheck import isolation, selection
 from kernelgate.prcheck.environments import RunnerError, overlay
 
 TRUSTED_FILES = ("perf-thresholds.toml", "pr-check.toml")
@@ -47,35 +51,6 @@ WARM_CASES_ENV = "KERNELGATE_WARM_CASES"
 
 class CheckError(Exception):
     """The check cannot go on; it fails closed with this reason in its report."""
-
-
-class Steps:
-    """Runs the check's steps, printing each one's start, end and time."""
-
-    def __init__(self):
-        self.times: list[tuple[str, float, str]] = []
-        self.start = time.perf_counter()
-
-    @contextlib.contextmanager
-    def __call__(self, name: str):
-        print(f"\n==> {name}", flush=True)
-        start = time.perf_counter()
-        outcome = "ok"
-        try:
-            yield
-        except BaseException:
-            outcome = "failed"
-            raise
-        finally:
-            seconds = time.perf_counter() - start
-            self.times.append((name, seconds, outcome))
-            print(f"<== {name}: {outcome}, {seconds:.1f} s", flush=True)
-
-    def table(self, earlier: list | None = None) -> str:
-        """The steps' times, after ``earlier`` ones (the shards' steps, in a merge)."""
-        rows = [f"| {name} | {seconds:.1f} | {outcome} |" for name, seconds, outcome in [*(earlier or []), *self.times]]
-        total = f"| **total{', this run' if earlier else ''}** | **{time.perf_counter() - self.start:.1f}** | |"
-        return "\n".join(["| step | seconds | outcome |", "|---|---|---|", *rows, total])
 
 
 def git(*args: str, cwd: Path | None = None) -> str:
@@ -113,17 +88,6 @@ def base_cache_env(cache: Path) -> dict[str, str]:
         "TILELANG_CACHE_DIR": str(root / "tilelang"),
         "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
     }
-
-
-def machine_entry() -> dict:
-    """This runner as asv's machine file records it, with the GPU and package versions (device_info)."""
-    from asv.machine import Machine
-
-    from kernelgate.measure.device_info import device_info, machine_name
-
-    info = device_info()
-    python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return {**Machine.get_defaults(), **info, "machine": machine_name(info), "python": python}
 
 
 def judging_changes(base: str, head: str, cwd: Path | None = None) -> str:
@@ -169,11 +133,13 @@ class Plan:
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise CheckError(f"{path}: not a PR check manifest ({exc})") from exc
 
-    def side(self, role: str) -> bench.Side:
+    def side(self, role: str) -> workers.Side:
+        """The commit's side: its processes start with the check's environment, less what head must not see, and
+        its own (``isolation``), as its user."""
         s = self.sides[role]
-        return bench.Side(
-            role, s["commit"], Path(s["tree"]), Path(s["python"]), s["env"], Path(s["log"]), s.get("user")
-        )
+        env = isolation.environ(s["env"], untrusted=s.get("user") is not None)
+        as_user = isolation.popen_user(s.get("user"))
+        return workers.Side(role, s["commit"], Path(s["tree"]), Path(s["python"]), env, Path(s["log"]), as_user)
 
 
 def commits(base_ref: str, head_ref: str) -> tuple[str, str]:
@@ -273,10 +239,9 @@ def tests_beside(plan: Plan, out: Path, steps: Steps):
             f"--junitxml={junit}"]  # fmt: skip
     print(f"GPU tests started beside the next steps (log: {log_path})", flush=True)
     start = time.perf_counter()
-    env = isolation.environ(head.env, untrusted=head.user is not None)
     with log_path.open("w") as log:
-        proc = subprocess.Popen(argv, cwd=head.tree, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                **isolation.popen_user(head.user))  # fmt: skip
+        proc = subprocess.Popen(argv, cwd=head.tree, env=head.env, stdout=log, stderr=subprocess.STDOUT,
+                                **head.as_user)  # fmt: skip
     try:
         yield
     except BaseException:
@@ -295,24 +260,24 @@ def tests_beside(plan: Plan, out: Path, steps: Steps):
     print(f"<== GPU tests: {outcome}, {seconds:.1f} s", flush=True)
 
 
-def choose(plan: Plan, out: Path, steps: Steps) -> dict[str, list[bench.Case]]:
+def choose(plan: Plan, out: Path, steps: Steps) -> dict[str, list[Case]]:
     """Discover both suites and choose this shard's cases of each (``plan.cases`` records their ids)."""
     with steps("choose cases"):
-        suites = bench.discover([plan.side("base"), plan.side("head")])
+        suites = workers.discover([plan.side("base"), plan.side("head")])
         for role, suite in suites.items():
             results.write_suite(out / "suites" / f"{role}.json", suite)
         chosen = chosen_cases(suites, plan.benchmarks, bounded_tracks(out, plan.machine["gpu_class"]))
         k, n = plan.shard
-        mine = set(bench.shard(sorted(set(chosen["base"]) | set(chosen["head"])), n)[k - 1])
+        mine = set(shards.shard(sorted(set(chosen["base"]) | set(chosen["head"])), n)[k - 1])
         cases = {role: [c for c in role_cases if c in mine] for role, role_cases in chosen.items()}
-        plan.cases = {role: [c.id for c in role_cases] for role, role_cases in cases.items()}
+        plan.cases = {role: [c.asv_id for c in role_cases] for role, role_cases in cases.items()}
         tracks = sum(c.kind == "track" for c in cases["head"])
         print(f"shard {k}/{n}: {len(cases['base'])} base and {len(cases['head'])} head cases, {tracks} of them "
               f"track_* values a rule bounds on {plan.machine['gpu_class']}", flush=True)  # fmt: skip
         return cases
 
 
-def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[bench.Case]]) -> None:
+def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[Case]]) -> None:
     """Both commits' JIT caches filled side by side, for the cases this run measures on each. Base times only
     this project's kernels: the references (torch.compile, Liger-Kernel), which head's metrics compare
     against, are warmed on head alone. A failed warm-up is not fatal: the benchmark's setup compiles what is
@@ -329,9 +294,9 @@ def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[bench.Case]]) -> Non
             log = stack.enter_context(log_path.open("w"))
             warm_cases = log_path.with_name(f"{role}-warm-cases.json")
             warm_cases.write_text(json.dumps([[c.kind, c.values] for c in cases[role]]))
-            env = isolation.environ({**side.env, WARM_CASES_ENV: str(warm_cases)}, untrusted=side.user is not None)
+            env = {**side.env, WARM_CASES_ENV: str(warm_cases)}
             proc = subprocess.Popen(argv, cwd=side.tree, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    **isolation.popen_user(side.user))  # fmt: skip
+                                    **side.as_user)  # fmt: skip
             stack.callback(proc.kill)  # a no-op once it has exited; an interrupted check leaves no compiler behind
             running.append((role, proc, log_path))
         for role, proc, log_path in running:
@@ -342,18 +307,17 @@ def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[bench.Case]]) -> Non
                 print(f"{role}'s warm-up exited {code}: its benchmarks' setup compiles what is missing", flush=True)
 
 
-def measure(plan: Plan, steps: Steps, cases: dict[str, list[bench.Case]]) -> dict:
+def measure(plan: Plan, steps: Steps, cases: dict[str, list[Case]]) -> dict:
     """Measure the chosen cases, base and head interleaved; returns the records."""
     with steps("benchmarks"):
-        return bench.measure([plan.side("base"), plan.side("head")], cases)
+        return workers.measure([plan.side("base"), plan.side("head")], cases)
 
 
-def bounded_tracks(out: Path, gpu_class: str) -> Callable[[bench.Case, dict], bool]:
+def bounded_tracks(out: Path, gpu_class: str) -> Callable[[Case], bool]:
     """Whether a track_* case is one the gate bounds on this GPU class (a rule's min or max, informational
     ones too, base's or one head adds): the check measures only those. The main job's history tracks every
     value."""
     from kernelgate.gate import GateError
-    from kernelgate.gate.asv_results import Case
     from kernelgate.gate.thresholds import load_thresholds, with_head_rules
 
     try:
@@ -366,21 +330,20 @@ def bounded_tracks(out: Path, gpu_class: str) -> Callable[[bench.Case, dict], bo
         raise CheckError(str(exc)) from exc
     rules = [r for r in thresholds.applicable(gpu_class) if r.min is not None or r.max is not None]
 
-    def bounded(case: bench.Case, suite: dict) -> bool:
-        named = Case(case.benchmark, tuple(zip(suite[case.benchmark].get("param_names", []), case.params, strict=True)))
-        return any(rule.matches(named) for rule in rules)
+    def bounded(case: Case) -> bool:
+        return any(rule.matches(case) for rule in rules)
 
     return bounded
 
 
 def chosen_cases(
-    suites: dict[str, dict], patterns: list[str], bounded: Callable[[bench.Case, dict], bool]
-) -> dict[str, list[bench.Case]]:
+    suites: dict[str, dict], patterns: list[str], bounded: Callable[[Case], bool]
+) -> dict[str, list[Case]]:
     """The selected cases of each commit's suite: base's and head's time cases, and head's track cases
     that a floor or ceiling bounds (they judge head's values only)."""
-    chosen = {role: bench.selected(bench.suite_cases(suite), patterns) for role, suite in suites.items()}
+    chosen = {role: workers.selected(workers.measured_cases(suite), patterns) for role, suite in suites.items()}
     chosen["base"] = [c for c in chosen["base"] if c.kind == "time"]
-    chosen["head"] = [c for c in chosen["head"] if c.kind == "time" or bounded(c, suites["head"])]
+    chosen["head"] = [c for c in chosen["head"] if c.kind == "time" or bounded(c)]
     return chosen
 
 
@@ -499,7 +462,7 @@ def merge_shards(folder: Path, count: int, expected: "Plan", out: Path) -> Plan:
             raise CheckError(f"{d}: shard {p.shard[0]} has no complete report of its GPU tests (killed, or skipped)")
     bounded = bounded_tracks(out, first.machine["gpu_class"])
     chosen = chosen_cases(read_suites(shard_dirs[0]), expected.benchmarks, bounded)
-    expected_cases = {role: {c.id for c in cases} for role, cases in chosen.items()}
+    expected_cases = {role: {c.asv_id for c in cases} for role, cases in chosen.items()}
     records: dict[str, dict] = {"base": {}, "head": {}}
     again: dict[str, dict] = {"base": {}, "head": {}}
     for d, p in zip(shard_dirs, plans, strict=True):

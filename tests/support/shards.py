@@ -8,7 +8,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from kernelgate.prcheck import check, results
+from kernelgate.measure import results
+from kernelgate.prcheck import check
 
 JUNIT = '<testsuite tests="1"><testcase classname="t" name="test_kernel"/></testsuite>'
 THRESHOLDS = """

@@ -1,7 +1,8 @@
-"""The PR check's measurements as asv result files, which the gate and asv's own tools read.
+"""The benchmark workers' measurements as asv result files, which the gate, the reports and asv's own tools read.
 
 Layout under a results folder, as ``asv run`` writes it: ``benchmarks.json`` (head's suite),
-``<machine>/machine.json`` and one ``<machine>/<commit[:8]>-pr-check.json`` per commit. Cases a
+``<machine>/machine.json`` and one ``<machine>/<commit[:8]>-<env>.json`` per commit (``-pr-check`` for the PR
+check, ``-main`` for the main job). Cases a
 run did not select are absent from its measurements and stored as failed (None): the gate judges
 only the case ids it is given (``--cases``).
 """
@@ -43,7 +44,7 @@ def write_commit(
     env_name: str = ENV_NAME,
     update: bool = False,
 ) -> Path:
-    """One commit's result file from its records ({case id: record}, see ``bench.measure``). With
+    """One commit's result file from its records ({case id: record}, see ``workers.measure``). With
     ``update``, the cases measured replace theirs in an existing file of the same machine settings and
     the others are kept, as a partial ``asv run`` does."""
     python = machine.get("python", "")

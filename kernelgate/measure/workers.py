@@ -1,19 +1,19 @@
-"""Base and head benchmarked case by case, interleaved, on one GPU.
+"""Benchmark workers: the main job's one commit, or the PR check's base and head, benchmarked case by case,
+interleaved, on one GPU.
 
 One worker process per commit (``worker.py``, in that commit's environment and checkout) keeps
 the asv suite of that commit loaded. For each selected time_* case both workers set the case up,
 then take turns: a few samples of base, a few of head, then head, base, ... for ``rounds`` rounds,
 so that clock and thermal drift fall on both commits alike and no case waits minutes between
-its base and head samples. track_* cases (floors on head's values) are measured on head only.
+its base and head samples. track_* cases (floors on head's values) are measured on head only. The main
+job runs one side alone, a worker per GPU.
 
 Each commit is measured with its own suite: a case that only base declares is one the change
 removed, which the gate reports (``--base-suite``).
 """
 
-import ast
 import contextlib
 import dataclasses
-import itertools
 import json
 import os
 import re
@@ -24,7 +24,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from kernelgate.prcheck import isolation
+from kernelgate import asv_case
+from kernelgate.asv_case import Case
 
 ROUNDS = 4  # base/head turns per case; the order alternates each round
 SAMPLES_PER_ROUND = 5  # asv samples per turn: ROUNDS * SAMPLES_PER_ROUND samples per commit and case
@@ -47,45 +48,15 @@ LOST_IN_A_ROW = 3
 
 @dataclasses.dataclass(frozen=True)
 class Side:
-    """One commit as the PR check runs it."""
+    """One commit as its worker runs it."""
 
     role: str  # "base" or "head"
     commit: str
     tree: Path  # its checkout
     python: Path  # its environment's interpreter
-    env: dict[str, str]  # its JIT cache folders
+    env: dict[str, str]  # the whole environment its processes start with
     log: Path  # the worker's stderr
-    user: str | None = None  # the user its processes run as (isolation.py); None: as the caller
-
-
-@dataclasses.dataclass(frozen=True, order=True)
-class Case:
-    """One parameter combination of one asv benchmark."""
-
-    benchmark: str
-    index: int  # position in the product of the benchmark's params, as asv numbers them
-    params: tuple[str, ...]  # asv's repr of each value
-    kind: str  # "time" or "track"
-    # Seconds a request for this case may take (asv's ``timeout``), and its setup_cache's (track cases).
-    timeout: float = dataclasses.field(default=60.0, compare=False)
-    setup_cache_timeout: float = dataclasses.field(default=0.0, compare=False)
-
-    @property
-    def id(self) -> str:
-        """The name asv's ``--bench`` regexes match."""
-        return f"{self.benchmark}({', '.join(self.params)})" if self.params else self.benchmark
-
-    @property
-    def values(self) -> list:
-        return [ast.literal_eval(p) for p in self.params]
-
-    @property
-    def unit(self) -> tuple[str, ...]:
-        """What one shard takes whole: the cases that share all but the last parameter, the
-        implementation or variant. A metrics class measures a case's variants at once, and the
-        gate's ordering rules compare a time case with its other implementations."""
-        owner = self.benchmark if self.kind == "time" else self.benchmark.rsplit(".", 1)[0]
-        return (self.kind, owner, *self.params[:-1])
+    as_user: dict = dataclasses.field(default_factory=dict)  # Popen's arguments that start them as another user
 
 
 class Worker:
@@ -93,12 +64,12 @@ class Worker:
         self.side = side
         side.log.parent.mkdir(parents=True, exist_ok=True)
         self.log = side.log.open("a")
-        env = isolation.environ({**side.env, "PYTHONUNBUFFERED": "1"}, untrusted=side.user is not None)
+        env = {**side.env, "PYTHONUNBUFFERED": "1"}
         argv = [str(side.python), "-P", str(WORKER), str(side.tree / "benchmarks")]
         self.proc = subprocess.Popen(
             argv, cwd=side.tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
             start_new_session=True,  # its own process group: stopping it stops what it started
-            **isolation.popen_user(side.user),
+            **side.as_user,
         )  # fmt: skip
 
     def send(self, op: str, **request) -> None:
@@ -160,83 +131,13 @@ class Worker:
         self.log.close()
 
 
-def suite_cases(suite: dict[str, dict]) -> list[Case]:
+def measured_cases(suite: dict[str, dict]) -> list[Case]:
     """Every time_* and track_* case of a suite (asv's discovery output, by benchmark name)."""
-    cases = []
-    for name, bench in sorted(suite.items()):
-        if bench.get("type") not in ("time", "track"):
-            continue
-        combos = itertools.product(*bench.get("params", [])) if bench.get("params") else [()]
-        limits = {"timeout": bench.get("timeout", 60.0), "setup_cache_timeout": bench.get("setup_cache_timeout", 0.0)}
-        cases += [Case(name, i, tuple(combo), bench["type"], **limits) for i, combo in enumerate(combos)]
-    return cases
+    return [c for c in asv_case.suite_cases(suite) if suite[c.benchmark]["type"] in ("time", "track")]
 
 
 def selected(cases: Iterable[Case], patterns: list[str]) -> list[Case]:
-    return [c for c in cases if any(re.search(p, c.id) for p in patterns)]
-
-
-# Rough seconds to measure, to balance shards (both commits). Measuring waits on the device, so a
-# LayerNorm case's seconds grow with the bytes a call moves (LayerNormCase.bytes_moved): a time case
-# 0.21 s + 0.59 s a GB, a metrics unit (its case beside references and copies) 2.3 s + 1.0 s a GB,
-# fitted on an H200 to the seconds the check printed for 247 cases and 121 units (residuals 0.45 s a
-# unit). An attention backward takes about 3 s plus 0.18 s per TFLOP of work in one of its samples
-# (timing.sample_calls): 60 s a mode at 8k + 16k tokens in samples of 50 calls. Others: 0.55 s a time
-# case, 2.9 s a metrics unit (H100 averages).
-TIME_CASE_S, METRICS_UNIT_S = 0.55, 2.9
-ATTENTION_CASE_S, ATTENTION_S_PER_SAMPLE_TFLOP = 3.0, 0.18
-LAYER_NORM_TIME_CASE_S = (0.21, 0.59)  # seconds, and seconds a GB
-LAYER_NORM_METRICS_UNIT_S = (2.3, 1.0)
-
-
-def _layer_norm_gigabytes(case: Case) -> float | None:
-    """GB a call of a LayerNorm case (shape, dtype, direction, implementation) moves; None for others."""
-    if not case.benchmark.startswith("bench_layer_norm.") or len(case.params) != 4:
-        return None
-    from kernelgate.cases.layer_norm import bench_case
-
-    shape, dtype, direction, _ = case.values
-    return bench_case(shape, dtype).bytes_moved(direction) / 1e9
-
-
-def _time_case_seconds(case: Case) -> float:
-    if case.benchmark.startswith("bench_attention.") and case.params:
-        from kernelgate.cases.attention import BENCH_CONFIGS
-        from kernelgate.measure import timing
-
-        config = BENCH_CONFIGS.get(case.values[0])
-        if config is not None:
-            tflop = config.flops_backward() / 1e12
-            return ATTENTION_CASE_S + ATTENTION_S_PER_SAMPLE_TFLOP * tflop * timing.sample_calls(tflop)
-    gigabytes = _layer_norm_gigabytes(case)
-    return TIME_CASE_S if gigabytes is None else LAYER_NORM_TIME_CASE_S[0] + LAYER_NORM_TIME_CASE_S[1] * gigabytes
-
-
-def _metrics_unit_seconds(case: Case) -> float:
-    """One metrics unit's seconds, from any of its cases (they share the case's parameters)."""
-    gigabytes = _layer_norm_gigabytes(case)
-    return (
-        METRICS_UNIT_S if gigabytes is None else LAYER_NORM_METRICS_UNIT_S[0] + LAYER_NORM_METRICS_UNIT_S[1] * gigabytes
-    )
-
-
-def _cost(unit: list[Case]) -> float:
-    return sum(_time_case_seconds(c) for c in unit) if unit[0].kind == "time" else _metrics_unit_seconds(unit[0])
-
-
-def shard(cases: list[Case], count: int) -> list[list[Case]]:
-    """``cases`` split into ``count`` disjoint shards of similar cost, whole units kept together;
-    the same for every shard that computes it (deterministic)."""
-    units: dict[tuple, list[Case]] = {}
-    for case in sorted(cases):
-        units.setdefault(case.unit, []).append(case)
-    loads = [0.0] * count
-    shards: list[list[Case]] = [[] for _ in range(count)]
-    for unit in sorted(units, key=lambda u: (-_cost(units[u]), u)):
-        target = min(range(count), key=lambda k: (loads[k], k))
-        loads[target] += _cost(units[unit])
-        shards[target] += units[unit]
-    return [sorted(s) for s in shards]
+    return [c for c in cases if any(re.search(p, c.asv_id) for p in patterns)]
 
 
 def discover(sides: list[Side]) -> dict[str, dict[str, dict]]:
@@ -331,14 +232,14 @@ def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str) -> di
         except CaseLost as exc:
             lost_classes.setdefault(owner, str(exc).splitlines()[0])
             for case in group:
-                records[case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track",
+                records[case.asv_id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track",
                                     **failure(str(exc), lost=True)}  # fmt: skip
             _replace_lost(workers, {role: [str(exc)]})
             continue
         errors = reply.get("errors") or [None] * len(group)
         for case, value, error in zip(group, reply["values"], errors, strict=True):
             found = failure(error or f"see {worker.side.log}") if value is None else {"status": "ok", "value": value}
-            records[case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track", **found}
+            records[case.asv_id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track", **found}
         if "fatal" in reply:
             lost_classes.setdefault(owner, reply["fatal"])
             _replace_lost(workers, {role: [reply["fatal"]]})
@@ -377,7 +278,12 @@ def measure(
         for done, case in enumerate(timed, 1):
             present = {role: w for role, w in workers.items() if case in cases[role]}
             for role, record in _time_case(case, present, rounds, samples).items():
-                records[role][case.id] = {"benchmark": case.benchmark, "index": case.index, "kind": "time", **record}
+                records[role][case.asv_id] = {
+                    "benchmark": case.benchmark,
+                    "index": case.index,
+                    "kind": "time",
+                    **record,
+                }
                 gone = record["status"] != "ok" and not workers[role].alive
                 lost[role] = [*lost[role], record["message"]] if gone else []
             _replace_lost(workers, lost)
@@ -402,7 +308,7 @@ def _median(values: list[float]) -> float:
 def _progress(done: int, total: int, start: float, case: Case, records: dict) -> str:
     cells = []
     for role in ("base", "head"):
-        record = records.get(role, {}).get(case.id)
+        record = records.get(role, {}).get(case.asv_id)
         if record is None:
             continue
         if record["status"] == "ok":
@@ -410,4 +316,4 @@ def _progress(done: int, total: int, start: float, case: Case, records: dict) ->
         else:
             cells.append(f"{role} {record['status']}")
     elapsed = time.perf_counter() - start
-    return f"  [{done}/{total} {elapsed:.0f} s] {case.id}: {', '.join(cells)}"
+    return f"  [{done}/{total} {elapsed:.0f} s] {case.asv_id}: {', '.join(cells)}"

@@ -1,10 +1,11 @@
-"""One commit's benchmark process for the PR check: runs asv benchmarks on request, in one process.
+"""One commit's benchmark process for the main job and the PR check: runs asv benchmarks on request, in one
+process.
 
     <checkout's python> -P worker.py BENCHMARK_DIR
 
-The PR check starts one worker per commit, each in that commit's environment and checkout, and
-alternates them case by case (``kernelgate.prcheck.bench``). A worker reads one JSON request per
-line on stdin and answers one JSON line on stdout (all else it prints goes to stderr):
+The PR check starts one worker per commit (the main job one per GPU), each in that commit's environment
+and checkout, and alternates them case by case (``kernelgate.measure.workers``). A worker reads one JSON
+request per line on stdin and answers one JSON line on stdout (all else it prints goes to stderr):
 
 * ``{"op": "discover"}`` -> ``{"benchmarks": [...]}``: the suite as asv's discovery describes it;
 * ``{"op": "setup", "name": N, "index": I}`` -> ``{"status": "ok" | "skipped" | "failed", "message": M}``:
