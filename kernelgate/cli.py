@@ -26,7 +26,7 @@ def positive_float(text: str) -> float:
 
 
 def shape(text: str) -> str:
-    """A LayerNorm shape as the cases name it, MxN: M rows of N elements, both at least 1."""
+    """A shape as the cases name it, MxN: M rows of N elements, both at least 1."""
     rows, _, width = text.partition("x")
     if not (rows.isdigit() and width.isdigit() and int(rows) > 0 and int(width) > 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not a shape MxN of positive integers, e.g. 4096x5000")

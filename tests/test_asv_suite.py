@@ -38,24 +38,3 @@ def test_every_benchmark_keeps_the_name_parameters_unit_version_and_timing_its_h
     assert sorted(discovered) == sorted(recorded)
     for name, described in recorded.items():
         assert discovered[name] == described, name
-
-
-def test_a_metrics_class_measures_each_selected_case_once_with_its_selected_variants(monkeypatch):
-    """The PR check asks only for the values its rules bound: no other case or variant is timed."""
-    # Imported without a GPU, benchmarks/ switches its process to the interpreter unless told otherwise.
-    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
-    from benchmarks import bench_layer_norm
-    from kernelgate.measure.metrics import SELECTED_ENV
-
-    asked = []
-    monkeypatch.setattr(
-        bench_layer_norm, "layer_norm_measures", lambda cases, variants: asked.append((cases, variants)) or {}
-    )
-    chosen = [["4096x1024", "float32", "bwd", "auto"], ["4096x1024", "float32", "fwd", "two_pass"],
-              ["4096x1024", "float32", "fwd", "auto"]]  # fmt: skip
-    monkeypatch.setenv(SELECTED_ENV, json.dumps(chosen))
-    bench_layer_norm.measure_selected(bench_layer_norm.LayerNormMetrics.params)
-    assert asked == [
-        ([("4096x1024", "float32", "bwd")], ["auto"]),
-        ([("4096x1024", "float32", "fwd")], ["two_pass", "auto"]),
-    ]

@@ -22,10 +22,9 @@ import pytest
 from support.codegen import sass
 from tilelang.cuda.backend import tilelang_callback_cuda_compile
 
-from kernelgate.cases.attention import CODEGEN_CASES, AttentionCase
+from kernelgate.cases.attention import CODEGEN_CASES, AttentionCase, attention_shape
 from kernelgate.kernels.attention import ACCUM_MODES, flash_attn_varlen_func, ops
 from kernelgate.kernels.device import interpreter_mode
-from kernelgate.measure.workloads import attention_shape
 
 # One xdist worker compiles this module's kernels once (functools.cache, a disk cache per process).
 pytestmark = [

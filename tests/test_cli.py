@@ -49,8 +49,10 @@ def test_argument_types_refuse_bad_values_by_name(parse, text, message):
         (options.main, ["--rounds", "0", "--plan"], "argument --rounds: '0': must be at least 1"),
         (tune.parse_args, ["--shapes", "4096", "--plan"], "argument --shapes: '4096' is not a shape MxN"),
         (tune.parse_args, ["--rep-ms", "0"], "argument --rep-ms: '0': must be a finite number above 0"),
-        (metrics.main, ["--dtypes", "float64"], "argument --dtypes: invalid choice: 'float64'"),
-        (metrics.main, ["--shapes", "8192x"], "argument --shapes: '8192x' is not a shape MxN"),
+        (metrics.main, ["layer_norm", "--dtypes", "float64"], "argument --dtypes: invalid choice: 'float64'"),
+        (metrics.main, ["layer_norm", "--shapes", "8192x"], "argument --shapes: '8192x' is not a shape MxN"),
+        (metrics.main, ["attention", "--configs", "long"], "argument --configs: invalid choice: 'long'"),
+        (metrics.main, ["rms"], "argument SUITE: invalid choice: 'rms'"),
     ],
 )
 def test_tools_exit_with_the_argument_named(main, argv, message, capsys):

@@ -1,15 +1,17 @@
-"""kernelgate.measure.metrics.measure_cases and case_metrics: an asv metrics class measures every case once,
-in its setup_cache, and each benchmark reads its case; a case that failed fails its benchmarks only;
-`python -m kernelgate.measure.metrics` needs no asv; the byte model behind every GB/s."""
+"""kernelgate.measure.metrics: an asv metrics class measures every selected case once, in its setup_cache, and
+each benchmark reads its case; a case that failed fails its benchmarks only; `python -m
+kernelgate.measure.metrics` needs no asv; the byte model behind every GB/s."""
 
+import dataclasses
 import importlib
+import json
 import sys
 
 import pytest
 import torch
 
-from kernelgate.cases.layer_norm import LayerNormCase
-from kernelgate.measure.metrics import case_key, case_metrics, measure_cases
+from kernelgate.cases.layer_norm import SHAPES_GRID, LayerNormCase
+from kernelgate.measure.metrics import SELECTED_ENV, case_key, case_metrics, measure_cases, measure_selected
 
 
 def test_every_case_is_measured_once_and_read_by_key():
@@ -46,7 +48,7 @@ def test_the_metrics_table_needs_no_asv(monkeypatch):
     monkeypatch.setitem(sys.modules, "asv", None)  # any import of asv now raises ImportError
     monkeypatch.delitem(sys.modules, "kernelgate.report.bench", raising=False)
     report = importlib.import_module("kernelgate.report.bench")
-    assert "| layer_norm/fused |" in report.markdown_table([{"kernel": "layer_norm/fused", "gbps": 1.0}])
+    assert "| layer_norm/fused |" in report.markdown_table([{"kernel": "layer_norm/fused", "GB/s": 1.0}])
 
 
 def test_the_byte_model_counts_each_tensor_read_or_written_once():
@@ -62,3 +64,18 @@ def test_the_byte_model_counts_each_tensor_read_or_written_once():
     assert case.bytes_moved("fwd") == inference
     assert case.bytes_moved("bwd") == backward
     assert case.bytes_moved("fwd+bwd") == inference + size(stats, stats) + backward
+
+
+def test_a_metrics_class_measures_each_selected_case_once_with_its_selected_variants(monkeypatch):
+    """The PR check asks only for the values its rules bound: no other case or variant is timed."""
+    asked = []
+    grid = dataclasses.replace(SHAPES_GRID, measure=lambda *case, variants: asked.append((case, variants)) or {})
+    chosen = [["4096x1024", "float32", "bwd", "auto"], ["4096x1024", "float32", "fwd", "two_pass"],
+              ["4096x1024", "float32", "fwd", "auto"]]  # fmt: skip
+    monkeypatch.setenv(SELECTED_ENV, json.dumps(chosen))
+    measured = measure_selected(grid, [*grid.params.values(), grid.variants])
+    assert asked == [
+        (("4096x1024", "float32", "bwd"), ["auto"]),
+        (("4096x1024", "float32", "fwd"), ["two_pass", "auto"]),
+    ]
+    assert set(measured) == {"4096x1024-float32-bwd", "4096x1024-float32-fwd"}

@@ -21,6 +21,7 @@ from support import fake_suite, split
 from support.shards import JUNIT, S1, S2, THRESHOLDS, ShardRun, commit, group_map, timing_record
 
 from kernelgate.asv_case import Case
+from kernelgate.cases import SUITES
 from kernelgate.kernels.device import interpreter_mode
 from kernelgate.measure import parallel, results, workers
 from kernelgate.measure import shards as sharding
@@ -28,6 +29,7 @@ from kernelgate.measure.steps import Steps
 from kernelgate.prcheck import check, environments, isolation, selection
 
 ROOT = Path(__file__).parents[1]
+EVERY_GROUP = tuple(suite.name for suite in SUITES)  # pr-check.toml's groups, in its order (tests/test_suites.py)
 
 pytestmark = pytest.mark.skipif(interpreter_mode(), reason="runs in the compiled pytest process")
 
@@ -46,12 +48,13 @@ def groups():
         (["kernels/layer_norm/ops.py"], ("layer_norm",)),
         (["kernels/attention/tilelang_kernels.py", "docs/measuring.md"], ("attention",)),
         (["kernels/layer_norm/config.py", "kernels/attention/ops.py"], ("layer_norm", "attention")),
-        (["kernelgate/measure/timing.py"], ("layer_norm", "attention")),  # the harness: everything
+        (["kernelgate/measure/timing.py"], EVERY_GROUP),  # the harness: everything
+        (["kernelgate/suite.py", "kernelgate/cases/common.py", "kernels/launch.py"], EVERY_GROUP),
         (["kernelgate/tune/space.py", "kernelgate/cases/layer_norm.py"], ("layer_norm",)),  # one kernel's own
         (["kernelgate/tune/attention.py"], ("attention",)),
-        (["kernelgate/a_new_module.py"], ("layer_norm", "attention")),  # unknown: fails safe
-        (["requirements/runner.txt"], ("layer_norm", "attention")),
-        (["a_new_top_level_file.py"], ("layer_norm", "attention")),  # unknown: fails safe
+        (["kernelgate/a_new_module.py"], EVERY_GROUP),  # unknown: fails safe
+        (["requirements/runner.txt"], EVERY_GROUP),
+        (["a_new_top_level_file.py"], EVERY_GROUP),  # unknown: fails safe
         (["README.md", "docs/gate.md", ".github/workflows/cpu.yml"], ()),
     ],
 )
@@ -67,7 +70,7 @@ def test_the_report_says_why_a_group_runs(groups):
 
 def test_a_full_run_selects_every_group(groups):
     chosen = selection.select(groups, [], full="label full-suite")
-    assert chosen.groups == ("layer_norm", "attention") and chosen.reasons["attention"] == ["label full-suite"]
+    assert chosen.groups == EVERY_GROUP and all(chosen.reasons[g] == ["label full-suite"] for g in EVERY_GROUP)
 
 
 def _commit(repo: Path, files: dict[str, str], message: str) -> str:
@@ -194,7 +197,7 @@ def test_shards_balance_layer_norm_metrics_by_the_bytes_a_call_moves():
         },
     }
     cases = workers.measured_cases(suite)
-    seconds = {c.asv_id: sharding._metrics_unit_seconds(c) for c in cases}
+    seconds = {c.asv_id: sharding.seconds(c) for c in cases}
     largest = max(seconds, key=seconds.get)
     assert largest.endswith(f"({big}, 'float32', 'fwd+bwd', 'auto')")
     assert seconds[largest] > 3 * min(seconds.values())
@@ -223,7 +226,7 @@ def test_shards_balance_an_attention_backward_by_its_work():
         },
     }
     cases = workers.measured_cases(suite)
-    long_s = sum(sharding._time_case_seconds(c) for c in cases if "long-128" in c.asv_id)
+    long_s = sum(sharding.seconds(c) for c in cases if "long-128" in c.asv_id)
     assert long_s > 40 * sharding.TIME_CASE_S  # the case the split has to weigh
     shards = sharding.shard(cases, 2)
     with_long = next(s for s in shards if any("long-128" in c.asv_id for c in s))
@@ -1247,8 +1250,11 @@ def test_the_warm_up_runs_both_commits_and_leaves_the_references_to_head(tmp_pat
     assert "--without-references" in logs["base"] and "--without-references" not in logs["head"]
     assert all("'--groups', 'layer_norm'" in text for text in logs.values())
     # each commit's warm-up is told the cases the run measures on it
-    assert 'cases [["time", ["4096x1024", "float32", "fwd", "auto"]]]' in logs["base"]
-    assert '["track", ["4096x1024", "float32", "fwd", "auto"]]' in logs["head"]
+    assert (
+        'cases [["bench_layer_norm.LayerNorm.time_layer_norm", ["4096x1024", "float32", "fwd", "auto"]]]'
+        in logs["base"]
+    )
+    assert '["bench_layer_norm.LayerNormMetrics.track_gbps", ["4096x1024", "float32", "fwd", "auto"]]' in logs["head"]
     printed = capsys.readouterr().out
     assert "base: warm-up done" in printed and "head: warm-up done" in printed
     assert "base's warm-up exited 3" in printed, "a failed warm-up is reported, and the check goes on"
@@ -1256,16 +1262,19 @@ def test_the_warm_up_runs_both_commits_and_leaves_the_references_to_head(tmp_pat
 
 def test_a_shard_warms_the_workloads_of_its_own_cases():
     """A time case warms its own implementation; a metrics case every implementation of its case (they are
-    measured beside each other); an implementation with nothing to compile, nothing."""
+    measured beside each other); an implementation with nothing to compile, nothing; and a case warms its own
+    kernel's workloads, never another's of the same parameters."""
     from kernelgate.measure import warm
 
     todo = warm.items()
+    ln, attention = "bench_layer_norm.LayerNorm", "bench_attention.AttentionBackward"
     cases = [
-        ["time", ["4096x1024", "float32", "fwd", "fused"]],
-        ["time", ["4096x1024", "float32", "fwd", "torch"]],  # eager torch: nothing to compile
-        ["track", ["8192x8192", "bfloat16", "bwd", "auto"]],
-        ["time", ["gqa8-128-causal", "tma"]],
-        ["track", ["gqa8-64-full", "elem"]],
+        [f"{ln}.time_layer_norm", ["4096x1024", "float32", "fwd", "fused"]],
+        [f"{ln}.time_layer_norm", ["4096x1024", "float32", "fwd", "torch"]],  # eager torch: nothing to compile
+        [f"{ln}Metrics.track_gbps", ["8192x8192", "bfloat16", "bwd", "auto"]],
+        [f"{attention}.time_backward", ["gqa8-128-causal", "tma"]],
+        [f"{attention}Metrics.track_tflops", ["gqa8-64-full", "elem"]],
+        ["bench_device.Device.track_copy_peak", []],  # no kernel's: nothing to compile
     ]
     assert warm.for_cases(todo, cases) == [
         item
@@ -1337,3 +1346,12 @@ def test_the_gpu_tests_end_before_the_benchmarks_start(tmp_path, monkeypatch):
     with pytest.raises(check.CheckError), check.tests_beside(plan_with_tests(tmp_path), tmp_path, steps):
         raise check.CheckError("the warm-up failed")
     assert FakeTests.events[1:] == ["kill", "wait"]
+
+
+def test_a_case_warms_its_own_kernels_workloads_alone():
+    """Two kernels with the same parameters: a case of one warms none of the other's workloads."""
+    from kernelgate.measure import warm
+
+    todo = [(kernel, "4096x1024", "float32", "fwd", "torch_compile") for kernel in ("layer_norm", "rms_norm")]
+    cases = [["bench_layer_norm.LayerNormMetrics.track_gbps", ["4096x1024", "float32", "fwd", "auto"]]]
+    assert warm.for_cases(todo, cases) == todo[:1]

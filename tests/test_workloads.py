@@ -1,4 +1,5 @@
-"""kernelgate.measure.workloads: what the benchmarks replay is what they captured, and the copies they stand beside."""
+"""kernelgate.measure.workloads and the LayerNorm's workloads: what the benchmarks replay is what they captured,
+and the copies they stand beside."""
 
 import gc
 import weakref
@@ -6,18 +7,16 @@ import weakref
 import pytest
 import torch
 
-from kernelgate.cases.layer_norm import LAYER_NORM_REFERENCES, LayerNormCase
-from kernelgate.kernels.layer_norm.reference import layer_norm_ref
-from kernelgate.measure.workloads import (
-    PLACEMENT_BYTES,
-    PLACEMENTS,
+from kernelgate.cases.layer_norm import (
+    LAYER_NORM_REFERENCES,
+    LayerNormCase,
     compiled_layer_norm,
-    in_cuda_graphs,
     layer_norm_impl,
     layer_norm_workload,
-    rotations,
     tensor_copy_workload,
 )
+from kernelgate.kernels.layer_norm.reference import layer_norm_ref
+from kernelgate.measure.workloads import PLACEMENT_BYTES, PLACEMENTS, in_cuda_graphs, rotations
 
 
 def _doubling(device):
@@ -66,7 +65,7 @@ def test_a_timed_case_averages_over_several_placements(cuda_device):
 
 
 def test_the_tensor_copy_cycles_through_its_own_pairs():
-    # kernelgate.measure.metrics' pct_tensor_copy: a copy of the case's [M, N] tensors, rotated as the inputs
+    # The LayerNorm's pct_tensor_copy: a copy of the case's [M, N] tensors, rotated as the inputs
     # are, so that a batch of copies does not read what the previous one left in L2.
     case = LayerNormCase(8, 40, "bfloat16")
     copy = tensor_copy_workload(case, rotate=3)

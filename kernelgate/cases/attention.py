@@ -1,16 +1,29 @@
 """GQA varlen attention cases: sequence lengths, heads, head dims, dtypes,
-tolerances and FLOP models (append only).
+tolerances and FLOP models (append only); the backward's workloads and metrics,
+and the suite the harness drives them by (``SUITE``).
 
 Lengths are drawn from a seeded generator, so a case names the same batch on
-every machine; the tensor values are fresh on every run.
+every machine; the tensor values are fresh on every run. TileLang has no
+interpreter: without a GPU every benchmark is skipped.
 """
 
+import contextlib
 import dataclasses
 import math
+import statistics
+from collections.abc import Callable
 
 import torch
 
+from kernelgate.asv_case import Case
 from kernelgate.cases.common import DTYPES
+from kernelgate.measure import timing
+from kernelgate.measure.workloads import warmed
+from kernelgate.suite import Grid, Metric, Suite
+
+# The backward's dQ/dK/dV accumulation modes: kernelgate.kernels.attention.ACCUM_MODES, whose package imports
+# TileLang, which the harness does not need to read the cases.
+ACCUM_MODES = ("elem", "region", "tma")
 
 # Relative L2 error ||got - ref|| / ||ref|| against the float32 reference, for o, dq, dk, dv.
 # The inputs are exact in float32; the kernels round P and dS to the input dtype before the
@@ -137,7 +150,7 @@ CORRECTNESS_CASES = [
 ]
 
 # Benchmark cases (asv, pytest-benchmark, the gate), by the name results are filed under.
-# The implementations our accumulation modes are measured against (kernelgate.measure.workloads names them).
+# The implementations our accumulation modes are measured against (attention_backward_workload names them).
 ATTENTION_BASELINE = "fa2_varlen"  # torch.nn.attention.varlen.varlen_attn: FA2, d_qk == d_v only
 ATTENTION_REFERENCES = [ATTENTION_BASELINE, "cudnn_sdpa"]
 
@@ -170,3 +183,169 @@ CODEGEN_CASES = [
     AttentionCase(8, 8, 128, 128, causal=False, dtype="bfloat16"),
     BENCH_CONFIGS["gqa8-64-causal-bf16"],  # head dim 64
 ]
+
+
+# --- workloads and metrics: what the benchmarks time and track ------------------------------------------
+
+
+def attention_shape(case):
+    """The compiled-kernel shape of an attention case (what kernelgate.kernels.attention.ops caches kernels by)."""
+    from kernelgate.kernels.attention.ops import AttentionShape
+
+    return AttentionShape(case.heads, case.heads_kv, case.dim_qk, case.dim_v, case.dtype, case.causal)
+
+
+def attention_backward_workload(case, impl: str) -> Callable[[], object]:
+    """The backward of one attention case, on saved forward outputs.
+
+    Ours (``elem``/``region``/``tma``): preprocess + main + postprocess, varlen
+    natively (no pad/unpad). ``fa2_varlen``: torch's varlen_attn backward (FA2),
+    d_qk == d_v only. ``cudnn_sdpa``: cuDNN SDPA backward on the batch padded to
+    the longest sequence (padding is outside the timed call, and its extra
+    FLOPs are inside it). Unsupported combinations raise NotImplementedError.
+    """
+    from kernelgate.kernels.attention.ops import attention_backward, attention_forward
+
+    inp = case.make_inputs("cuda")
+    q, k, v, do = inp["q"], inp["k"], inp["v"], inp["do"]
+    cu_q, cu_k, max_q, max_k = inp["cu_seqlens_q"], inp["cu_seqlens_k"], inp["max_seqlen_q"], inp["max_seqlen_k"]
+    if impl in ACCUM_MODES:
+        o, lse = attention_forward(q, k, v, cu_q, cu_k, max_q, case.causal)
+        return lambda: attention_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, case.causal, accum=impl)
+    if impl == "fa2_varlen":
+        if case.dim_qk != case.dim_v:
+            raise NotImplementedError("torch's varlen_attn (FA2) needs d_qk == d_v")
+        from torch.nn.attention.varlen import varlen_attn
+
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        window = (-1, 0) if case.causal else (-1, -1)
+        out = varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, window_size=window)
+        return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+    if impl == "cudnn_sdpa":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def padded(t, cu, heads, max_len):  # (total, H, d) -> (batch, H, max_len, d)
+            batch = cu.numel() - 1
+            out = t.new_zeros(batch, max_len, heads, t.shape[-1])
+            for i, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True)):
+                out[i, : b - a] = t[a:b]
+            return out.transpose(1, 2).contiguous().requires_grad_()
+
+        qp, dop = padded(q, cu_q, case.heads, max_q), padded(do, cu_q, case.heads, max_q).detach()
+        kp, vp = padded(k, cu_k, case.heads_kv, max_k), padded(v, cu_k, case.heads_kv, max_k)
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                out = torch.nn.functional.scaled_dot_product_attention(
+                    qp, kp, vp, is_causal=case.causal, enable_gqa=case.heads != case.heads_kv
+                )
+                torch.autograd.grad(out, (qp, kp, vp), dop, retain_graph=True)
+        except RuntimeError as err:
+            raise NotImplementedError(f"cuDNN SDPA does not run this case: {err}") from err
+        return lambda: torch.autograd.grad(out, (qp, kp, vp), dop, retain_graph=True)
+    raise ValueError(f"unknown attention backward implementation {impl!r}")
+
+
+# The references each mode's speed is read against, where they run (FA2, cuDNN): the metric each one gives.
+SPEEDUPS = dict(zip(ATTENTION_REFERENCES, ("speedup_vs_fa2", "speedup_vs_cudnn"), strict=True))
+
+
+def attention_metrics(case: AttentionCase, modes: list[str]) -> dict[str, dict[str, float]]:
+    """Per accumulation mode: TFLOP/s, % of the bf16 matmul peak and the speedups over torch's varlen
+    FA2 backward, where it runs (d_qk == d_v), and over cuDNN SDPA's on the padded batch."""
+    fns = {mode: warmed(attention_backward_workload(case, mode)) for mode in modes}
+    for reference in SPEEDUPS:
+        with contextlib.suppress(NotImplementedError):
+            fns[reference] = warmed(attention_backward_workload(case, reference))
+    fns["matmul"], matmul_flops = timing.matmul()
+    t = timing.interleaved_ms(fns)
+    flops = case.flops_backward()
+    metrics = {}
+    for mode in modes:
+        m = {
+            "tflops": timing.tflops(flops, statistics.median(t[mode])),
+            "pct_matmul_peak": timing.pct_of_reference(flops, matmul_flops, t["matmul"], t[mode]),
+        }
+        for reference, name in SPEEDUPS.items():
+            if reference in t:
+                m[name] = timing.median_ratio(t[reference], t[mode])
+        metrics[mode] = m
+    return metrics
+
+
+# --- the suite: what the harness drives (kernelgate.suite) ---------------------------------------------
+
+
+def timed(config: str, impl: str) -> Callable[[], None]:
+    """What ``AttentionBackward.time_backward`` samples: the backward alone, back to back (timing.sample_clock;
+    the long configs take fewer calls a sample, timing.sample_calls). Each backward reads and writes ~100 MB or
+    more: far past L2, no rotation needed."""
+    case = BENCH_CONFIGS[config]
+    return timing.back_to_back(
+        warmed(attention_backward_workload(case, impl)), tflop_per_call=case.flops_backward() / 1e12
+    )
+
+
+def measure(config: str, variants: list[str]) -> dict[str, dict[str, float]]:
+    """Every mode, whichever are asked for: each is read beside the others."""
+    return attention_metrics(BENCH_CONFIGS[config], list(ACCUM_MODES))
+
+
+def workload(config: str, impl: str) -> Callable[[], object]:
+    return attention_backward_workload(BENCH_CONFIGS[config], impl)
+
+
+# An attention backward takes about 3 s plus 0.18 s per TFLOP of work in one of its samples
+# (timing.sample_calls) to measure: 60 s a mode at 8k + 16k tokens in samples of 50 calls.
+TIME_CASE_S, TIME_CASE_S_PER_SAMPLE_TFLOP = 3.0, 0.18
+
+
+def seconds(case: Case) -> float | None:
+    """A time case's seconds to measure; None for a metrics unit, and for a config this code does not know (the
+    measured commit's suite may declare others): the averages."""
+    config = BENCH_CONFIGS.get(case.values[0]) if case.kind == "time" and case.params else None
+    if config is None:
+        return None
+    tflop = config.flops_backward() / 1e12
+    return TIME_CASE_S + TIME_CASE_S_PER_SAMPLE_TFLOP * tflop * timing.sample_calls(tflop)
+
+
+METRICS = (
+    Metric("speedup_vs_fa2", "x", "vs FA2", baseline=True),
+    # Over cuDNN SDPA's backward on the batch padded to its longest sequence, timed in the same rounds.
+    Metric("speedup_vs_cudnn", "x", "vs cuDNN"),
+    Metric("tflops", "TFLOP/s", "TFLOP/s"),
+    # Achieved TFLOP/s over a bf16 8192^3 matmul's, measured interleaved.
+    Metric("pct_matmul_peak", "%", "% peak"),
+)
+
+NOTES = """\
+- vs FA2, vs cuDNN: speedup over torch's varlen_attn (FA2) and cuDNN SDPA on the batch padded to its longest
+  sequence = the ratio of their times, measured interleaved in one process.
+- TFLOP/s and % peak: FLOP rate of the backward, and its % of a bf16 8192^3 matmul's, measured interleaved
+  with it."""
+
+# The three accumulation modes against torch's varlen_attn (FA2) and cuDNN SDPA: the backward alone, on
+# saved forward outputs (Delta, the main kernel and the casts); ours on the packed varlen batch (no
+# pad/unpad), cuDNN on the batch padded to its longest sequence.
+BACKWARD = Grid(
+    name="AttentionBackward",
+    time_method="time_backward",
+    params={"config": list(BENCH_CONFIGS)},
+    variants=list(ACCUM_MODES),
+    references=ATTENTION_REFERENCES,
+    variant_name="accum",
+    timed=timed,
+    measure=measure,
+    metrics=METRICS,
+    label="attention_bwd",
+    repeat=(10, 20, 2.0),
+)
+
+SUITE = Suite(
+    name="attention",
+    title="Attention",
+    grids=(BACKWARD,),
+    workload=workload,
+    seconds=seconds,
+    notes=NOTES,
+)

@@ -1,11 +1,22 @@
-"""LayerNorm cases: shapes, dtypes, tolerances and byte models (append only)."""
+"""LayerNorm cases: shapes, dtypes, tolerances and byte models (append only); the workloads that time them,
+the metrics measured on them, and the suite the harness drives them by (``SUITE``).
+"""
 
 import dataclasses
+import functools
+import itertools
 import math
+import statistics
+from collections.abc import Callable
 
 import torch
 
+from kernelgate import cli
+from kernelgate.asv_case import Case
 from kernelgate.cases.common import DTYPES, FP32_HALF_ULP, Tolerance
+from kernelgate.measure import timing
+from kernelgate.measure.workloads import batched, bench_device, in_cuda_graphs, rotations, side_stream, warmed
+from kernelgate.suite import Grid, Metric, Suite
 
 # Forward output and dx: one rounding to the output dtype after fp32 math.
 # fp32: ~1e-6 is typical (statistics in fp32, rsqrt.approx is 2 ulp); 1e-5 bounds it.
@@ -156,3 +167,257 @@ def shape_names() -> list[str]:
 
 def model_width_shape_names() -> list[str]:
     return [f"{MODEL_ROWS}x{n}" for n in MODEL_WIDTHS]
+
+
+# --- workloads: what the benchmarks time -------------------------------------------------------------
+
+
+def sized_for_device(case: LayerNormCase) -> LayerNormCase:
+    """The case itself on a GPU, its tiny smoke stand-in under the interpreter."""
+    return case if torch.cuda.is_available() else case.smoke()
+
+
+@functools.cache
+def compiled_layer_norm():
+    # One process may build every case (python -m kernelgate.measure.metrics, warm-up workers): one
+    # specialization per shape, dtype and grad mode. Past dynamo's default limit of 8 it
+    # would silently run eager torch under the torch_compile name.
+    torch._dynamo.config.recompile_limit = 256
+    # The bwd case replays one backward (retain_graph=True), which a backward compiled with donated
+    # buffers refuses. Which kind a process loads depends on what filled the on-disk cache first (a
+    # training step's compile donates), so after a fwd+bwd case the bwd one failed on a warm cache.
+    torch._functorch.config.donated_buffer = False
+    return torch.compile(torch.nn.functional.layer_norm, dynamic=False)
+
+
+def layer_norm_impl(impl: str) -> Callable:
+    """``(x, weight, bias, eps) -> y`` for a kernel variant or a reference (LAYER_NORM_REFERENCES)."""
+    if impl in LAYER_NORM_VARIANTS:
+        from kernelgate import kernels  # here: the harness reads the cases without compiling the kernels
+
+        return lambda x, w, b, eps: kernels.layer_norm(x, x.shape[-1], w, b, eps, variant=impl)
+    if impl == "torch":
+        return lambda x, w, b, eps: torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+    if impl == "torch_compile":
+        compiled = compiled_layer_norm()
+        return lambda x, w, b, eps: compiled(x, (x.shape[-1],), w, b, eps)
+    if impl == "liger":
+        from liger_kernel.transformers.functional import liger_layer_norm  # the runner's lock pins it
+
+        return liger_layer_norm
+    raise ValueError(f"unknown LayerNorm implementation {impl!r}")
+
+
+def layer_norm_workload(case: LayerNormCase, impl: str, direction: str, rotate: int = 1) -> Callable[[], object]:
+    """One forward (``fwd``), one backward of a forward run here, once, outside any
+    timed call (``bwd``), or a forward plus its backward (``fwd+bwd``) of ``case``."""
+    run_impl = layer_norm_impl(impl)
+    device = bench_device()
+    grads = direction != "fwd"
+
+    def output_grad():  # each set its own dy: its own allocation (see ``rotations``)
+        return torch.randn(case.m, case.n, device=device, dtype=case.torch_dtype) if grads else None
+
+    sets = [(case.make_inputs(device, requires_grad=grads), output_grad()) for _ in range(rotate)]
+    if direction == "bwd":
+        # Autograd runs each backward kernel on its forward's stream. Not the legacy default
+        # stream: a CUDA graph capture (in_cuda_graphs) may not make that one wait on it.
+        with side_stream():
+            saved = itertools.cycle([(inputs, run_impl(*inputs, case.eps), dy) for inputs, dy in sets])
+
+        def backward():
+            inputs, y, dy = next(saved)
+            return torch.autograd.grad(y, inputs, dy, retain_graph=True)
+
+        return backward
+    cycle = itertools.cycle(sets)
+
+    def forward():
+        (x, w, b), _ = next(cycle)
+        return run_impl(x, w, b, case.eps)
+
+    def forward_backward():
+        (x, w, b), dy = next(cycle)
+        # autograd.grad returns fresh gradients: no accumulation kernels into .grad
+        return torch.autograd.grad(run_impl(x, w, b, case.eps), (x, w, b), dy)
+
+    return forward_backward if direction == "fwd+bwd" else forward
+
+
+def tensor_copy_workload(case: LayerNormCase, rotate: int = 1) -> Callable[[], torch.Tensor]:
+    """A device copy of one [M, N] tensor of the case's dtype into another, cycling through
+    ``rotate`` pairs as ``layer_norm_workload`` cycles through input sets: tensors as the
+    allocator places them, so the copy meets the memory system as the kernels do at this size."""
+    device = bench_device()
+    pairs = [(case.make_inputs(device)[0], torch.empty(case.m, case.n, device=device, dtype=case.torch_dtype))
+             for _ in range(rotate)]  # fmt: skip
+    cycle = itertools.cycle(pairs)
+
+    def copy():
+        source, target = next(cycle)
+        return target.copy_(source)
+
+    return copy
+
+
+def timed_layer_norm(case: LayerNormCase, impl: str, direction: str) -> Callable[[], None]:
+    """What the time_* benchmarks (asv, pytest-benchmark) call back to back: one
+    ``layer_norm_workload`` call replayed from a CUDA graph, on rotated input sets
+    (back-to-back calls leave no room for an L2 flush)."""
+    rotate = rotations(case.bytes_moved(direction))
+    return in_cuda_graphs(warmed(layer_norm_workload(case, impl, direction, rotate)), rotate)
+
+
+# --- metrics: what the metrics classes track ---------------------------------------------------------
+
+
+def layer_norm_metrics(
+    case: LayerNormCase, direction: str, variants: list[str] = LAYER_NORM_VARIANTS
+) -> dict[str, dict[str, float]]:
+    """Per variant: speedup over eager torch, torch.compile and Liger-Kernel, GB/s, % of the copy
+    peak and % of a copy of one of the case's [M, N] tensors (the memory system's rate at
+    this size), and the host's cost per eager call, alone and as a ratio to eager torch's and
+    torch.compile's (measured alternately with them: a ratio does not depend on the host's CPU).
+
+    Device times are do_bench medians (L2 flushed before every run) of a CUDA graph
+    of back-to-back calls on rotated inputs (``kernelgate.measure.workloads.batched``), per call,
+    references included: the kernels, not the launch path, which ``host_us`` measures
+    on its own. Under the interpreter only the speedup over torch, GB/s and the host's
+    cost are measured (smoke values).
+    """
+    gpu = timing.gpu_timing()
+    impls = variants + (LAYER_NORM_REFERENCES if gpu else [LAYER_NORM_BASELINE])
+    nbytes = case.bytes_moved(direction)
+    rotate = rotations(nbytes)
+    eager = {impl: warmed(layer_norm_workload(case, impl, direction, rotate)) for impl in impls}
+    # Many short loops: their least is the host's cost (timing.least_ratio). The interpreter takes ms a call.
+    loops = dict(calls=10, rounds=50) if gpu else dict(calls=1, rounds=1)
+    # The host ratios are to eager torch's and torch.compile's, the calls a user would otherwise make.
+    host = timing.interleaved_enqueue_us({impl: eager[impl] for impl in impls if impl != "liger"}, **loops)
+    fns = {impl: batched(fn, rotate) for impl, fn in eager.items()}
+    copies = {}  # {metric: (copy, bytes it moves)}: the variant's bandwidth as % of the copy's
+    if gpu:
+        fns["copy"], fns["tensor_copy"] = timing.copy(), batched(tensor_copy_workload(case, rotate), rotate)
+        copies = dict(pct_peak=("copy", 2 * timing.COPY_BYTES), pct_tensor_copy=("tensor_copy", 2 * case.tensor_bytes))
+    t = timing.interleaved_ms(fns)
+    metrics = {}
+    for variant in variants:
+        m = {
+            "speedup_vs_torch": timing.median_ratio(t[LAYER_NORM_BASELINE], t[variant]),
+            "gbps": timing.gbps(nbytes, statistics.median(t[variant])),
+            "host_us": min(host[variant]),
+            "host_vs_torch": timing.least_ratio(host[variant], host[LAYER_NORM_BASELINE]),
+        }
+        if gpu:
+            m["speedup_vs_compile"] = timing.median_ratio(t["torch_compile"], t[variant])
+            m["speedup_vs_liger"] = timing.median_ratio(t["liger"], t[variant])
+            m["host_vs_compile"] = timing.least_ratio(host[variant], host["torch_compile"])
+        for metric, (copy, copied) in copies.items():
+            m[metric] = timing.pct_of_reference(nbytes, copied, t[copy], t[variant])
+        metrics[variant] = m
+    return metrics
+
+
+# --- the suite: what the harness drives (kernelgate.suite) ---------------------------------------------
+
+
+def timed(shape: str, dtype: str, direction: str, impl: str) -> Callable[[], None]:
+    """What ``LayerNorm.time_layer_norm`` samples: the device time of one call, replayed from CUDA graphs on
+    rotated inputs back to back (timing.sample_clock), so that the host's launch path, which varies between
+    processes far more than the kernels do, stays out of the samples the gate compares."""
+    if impl in GPU_ONLY_REFERENCES and not timing.gpu_timing():
+        raise NotImplementedError(f"{impl} is a GPU reference; not run in interpreter smoke mode")
+    return timing.back_to_back(timed_layer_norm(sized_for_device(bench_case(shape, dtype)), impl, direction))
+
+
+def measure(shape: str, dtype: str, direction: str, variants: list[str]) -> dict[str, dict[str, float]]:
+    return layer_norm_metrics(sized_for_device(bench_case(shape, dtype)), direction, variants)
+
+
+def workload(shape: str, dtype: str, direction: str, impl: str) -> Callable[[], object]:
+    return layer_norm_workload(bench_case(shape, dtype), impl, direction)
+
+
+# Rough seconds to measure, to balance shards (both commits). Measuring waits on the device, so a case's
+# seconds grow with the bytes a call moves (LayerNormCase.bytes_moved): a time case 0.21 s + 0.59 s a GB, a
+# metrics unit (its case beside references and copies) 2.3 s + 1.0 s a GB, fitted on an H200 to the seconds
+# the check printed for 247 cases and 121 units (residuals 0.45 s a unit).
+TIME_CASE_S, METRICS_UNIT_S = (0.21, 0.59), (2.3, 1.0)  # seconds, and seconds a GB
+
+
+def seconds(case: Case) -> float | None:
+    """None for a case of other parameters than (shape, dtype, direction, implementation): the measured commit's
+    suite may declare others. The averages then stand in."""
+    if len(case.params) != 4:
+        return None
+    shape, dtype, direction, _ = case.values
+    fixed, per_gigabyte = TIME_CASE_S if case.kind == "time" else METRICS_UNIT_S
+    return fixed + per_gigabyte * (bench_case(shape, dtype).bytes_moved(direction) / 1e9)
+
+
+def smoke_label(shape: str, dtype: str, direction: str) -> str:
+    ran = bench_case(shape, dtype).smoke()
+    return f"{ran.m}x{ran.n} {dtype} {direction} (for {shape})"
+
+
+# What the metrics classes track (layer_norm_metrics), in the order the tables show them.
+METRICS = (
+    Metric("speedup_vs_torch", "x", "vs torch", baseline=True),
+    Metric("speedup_vs_compile", "x", "vs compile"),
+    Metric("speedup_vs_liger", "x", "vs Liger"),
+    Metric("gbps", "GB/s", "GB/s"),
+    # Achieved bandwidth over the device's copy bandwidth (a 1 GiB copy, bytes read + written).
+    Metric("pct_peak", "%", "% peak"),
+    # Over that of a copy of one [M, N] tensor of the case into another, timed as the kernels are: near 100
+    # where pct_peak falls short, this size, not the kernel, is why.
+    Metric("pct_tensor_copy", "%", "% tensor copy"),
+    # Host time to enqueue one eager call (checks, launches), alone and over eager torch's and the
+    # torch.compile'd function's, measured alternately in one process; the device time is time_layer_norm.
+    Metric("host_us", "us", "host (us)"),
+    Metric("host_vs_torch", "x", "host ÷ torch"),
+    Metric("host_vs_compile", "x"),
+)
+
+NOTES = """\
+- cases 8192xN at N from 768 to 32768 are the model widths, measured for `auto` alone.
+- vs torch, vs compile, vs Liger: speedup over eager torch, torch.compile and Liger-Kernel = the ratio of their
+  times, measured interleaved in one process.
+- GB/s and % peak: bandwidth achieved on the bytes the case must move, and its % of the device's copy peak (a
+  1 GiB copy), measured interleaved with it.
+- % tensor copy: bandwidth achieved over that of a copy of one [M, N] tensor of the case, timed alike; near 100
+  where % peak falls short, the size, not the kernel, is why.
+- host (us): host time to enqueue one eager call (checks, launches), the least of many short loops;
+  host ÷ torch: that time over eager torch's, measured alternately with it (lower is better)."""
+
+# The benchmark shapes, every variant beside every reference; then ``auto``, what a user calls, at the
+# widths models use.
+SHAPES_GRID = Grid(
+    name="LayerNorm",
+    time_method="time_layer_norm",
+    params={"shape": shape_names(), "dtype": BENCH_DTYPES, "direction": BENCH_DIRECTIONS},
+    variants=LAYER_NORM_VARIANTS,
+    references=LAYER_NORM_REFERENCES,
+    variant_name="variant",
+    timed=timed,
+    measure=measure,
+    metrics=METRICS,
+    label="layer_norm",
+    open_params={"shape": cli.shape},
+)
+WIDTHS_GRID = dataclasses.replace(
+    SHAPES_GRID,
+    name="LayerNormWidths",
+    params={"shape": model_width_shape_names(), "dtype": BENCH_DTYPES, "direction": MODEL_DIRECTIONS},
+    variants=["auto"],
+)
+
+SUITE = Suite(
+    name="layer_norm",
+    title="LayerNorm",
+    grids=(SHAPES_GRID, WIDTHS_GRID),
+    workload=workload,
+    jit_references=("torch_compile", "liger"),  # eager torch has nothing to compile
+    seconds=seconds,
+    smoke_label=smoke_label,
+    notes=NOTES,
+)

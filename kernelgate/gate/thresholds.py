@@ -12,7 +12,7 @@
 
     [[rule]]
     why = "where the figure comes from"                 # required
-    benchmark = "bench_layer_norm.LayerNorm*.track_*"   # glob on asv's benchmark name
+    benchmark = "bench_<op>.<Grid>*.track_*"            # glob on asv's benchmark name
     params = { direction = "fwd", shape = ["4096x*", "8192x8192"] }  # glob(s) per parameter; others match all
     gpu_class = ["H100", "H200"]                        # optional: the machines it applies on (default: all)
     # then at least one of:

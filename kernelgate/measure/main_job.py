@@ -83,7 +83,7 @@ def warm_up(cases: list[Case], side: workers.Side, jobs: int) -> None:
     """Fill the JIT caches for ``cases`` on the side's GPU; a failure is not fatal (setup compiles what is missing)."""
     chosen = side.log.with_name(side.log.stem + "-warm-cases.json")
     chosen.parent.mkdir(parents=True, exist_ok=True)
-    chosen.write_text(json.dumps([[c.kind, c.values] for c in cases]))
+    chosen.write_text(json.dumps([[c.benchmark, c.values] for c in cases]))
     env = {**side.env, WARM_CASES_ENV: str(chosen)}
     argv = [sys.executable, "-m", "kernelgate.measure.warm", f"--jobs={jobs}"]
     code = subprocess.run(argv, env=env, check=False).returncode

@@ -221,7 +221,7 @@ def sample_clock() -> float:
     asv times one invocation per sample whenever a benchmark has a setup
     (asv_runner, asv#966). A single call from an idle device measures the
     launch latency and the host's jitter with the kernel: 50 us instead of
-    37 us, and 10% apart between processes, for a LayerNorm on an H200.
+    37 us for a normalization kernel on an H200, and 10% apart between processes.
     Back-to-back calls keep the device busy, so a sample times the device.
     """
     return device_clock() / _calls_counted

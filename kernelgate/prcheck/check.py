@@ -279,7 +279,7 @@ def choose(plan: Plan, out: Path, steps: Steps) -> dict[str, list[Case]]:
 
 def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[Case]]) -> None:
     """Both commits' JIT caches filled side by side, for the cases this run measures on each. Base times only
-    this project's kernels: the references (torch.compile, Liger-Kernel), which head's metrics compare
+    this project's kernels: the references (each suite's ``jit_references``), which head's metrics compare
     against, are warmed on head alone. A failed warm-up is not fatal: the benchmark's setup compiles what is
     missing, outside the timed samples."""
     with steps("JIT warm-up"), contextlib.ExitStack() as stack:
@@ -293,7 +293,7 @@ def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[Case]]) -> None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log = stack.enter_context(log_path.open("w"))
             warm_cases = log_path.with_name(f"{role}-warm-cases.json")
-            warm_cases.write_text(json.dumps([[c.kind, c.values] for c in cases[role]]))
+            warm_cases.write_text(json.dumps([[c.benchmark, c.values] for c in cases[role]]))
             env = {**side.env, WARM_CASES_ENV: str(warm_cases)}
             proc = subprocess.Popen(argv, cwd=side.tree, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     **side.as_user)  # fmt: skip

@@ -1,8 +1,7 @@
-"""The summary of one asv run that ``nox -s bench`` prints: kernel, case,
-time, speedup over torch (and torch.compile and Liger-Kernel; FA2 for attention), GB/s or
-TFLOP/s and % of the device's measured peak (copy bandwidth for LayerNorm,
-bf16 matmul for attention), the host cost of an eager LayerNorm call and its ratio to
-eager torch's, plus a PNG chart of speedup and % of peak per case.
+"""The summary of one asv run that ``nox -s bench`` prints: each kernel's rows, a case and variant each, with
+its time and the metrics its suite tables (``Metric.title``: speedups over its references, GB/s or TFLOP/s,
+% of the device's measured peak, ...), plus a PNG chart of the speedup over each kernel's baseline and % of
+peak per case.
 
 A smoke run (no GPU: Triton's interpreter at tiny sizes) says so, labels each case with the
 size it really ran, and shows only what it measured: the interpreter's time per call.
@@ -14,17 +13,12 @@ import argparse
 import ast
 import itertools
 import math
+from collections.abc import Callable
 from pathlib import Path
 
-from kernelgate.cases.layer_norm import LAYER_NORM_VARIANTS, bench_case
+from kernelgate.suite import Grid, Suite
 
-LN = "bench_layer_norm.LayerNorm"
-LN_METRICS = "bench_layer_norm.LayerNormMetrics"
-LN_WIDTHS = "bench_layer_norm.LayerNormWidths"
-LN_WIDTHS_METRICS = "bench_layer_norm.LayerNormWidthsMetrics"
 DEVICE = "bench_device.Device"
-ATT = "bench_attention.AttentionBackward.time_backward"
-ATT_METRICS = "bench_attention.AttentionBackwardMetrics"
 
 
 def load_values(results_dir: Path, machine: str, commit: str) -> tuple[dict, dict]:
@@ -51,65 +45,54 @@ def _value(values, name, key):
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
-# (time benchmark class, metrics class): the benchmark shapes, then the model widths (``auto``).
-LAYER_NORM_CLASSES = [(LN, LN_METRICS), (LN_WIDTHS, LN_WIDTHS_METRICS)]
+def row(grid: Grid, case: tuple, variant: str, time_s: float | None, value: Callable[[str], float | None]) -> dict:
+    """A table's row for one case (the grid's leading parameters) and variant: its time and each metric its
+    suite tables, by the metric's title (``value(name)``: None where none was recorded), and the speedup over
+    the kernel's baseline (``baseline``, which the chart plots)."""
+    shown = [metric for metric in grid.metrics if metric.title]
+    return {
+        "kernel": f"{grid.label}/{variant}",
+        "case": " ".join(case),
+        "time (us)": time_s * 1e6 if time_s is not None else None,
+        **{metric.title: value(metric.name) for metric in shown},
+        "baseline": next((value(metric.name) for metric in shown if metric.baseline), None),
+    }
 
 
-def layer_norm_rows(values: dict) -> list[dict]:
-    """One row per (shape, dtype, direction, variant); a case both classes measure is shown once."""
+def _keyed_rows(suite: Suite, values: dict) -> list[tuple[tuple, dict]]:
+    """(parameters, row) for each case and variant a grid of ``suite`` has a value for, in case order; a case
+    two grids measure comes once, from the first."""
     rows = {}
-    for time_class, metrics in LAYER_NORM_CLASSES:
-        keys = {k for k in values.get(f"{time_class}.time_layer_norm", {}) if k[3] in LAYER_NORM_VARIANTS}
-        for name in (f"{metrics}.track_gbps", f"{metrics}.track_speedup_vs_torch"):
-            keys |= set(values.get(name, {}))
+    for grid in suite.grids:
+        timed = f"{suite.module}.{grid.name}.{grid.time_method}"
+        tracked = lambda name, grid=grid: f"{suite.module}.{grid.name}Metrics.track_{name}"
+        keys = {key for key in values.get(timed, {}) if key[-1] in grid.variants}
+        for metric in grid.metrics:
+            keys |= set(values.get(tracked(metric.name), {}))
         for key in keys - rows.keys():
-            shape, dtype, direction, variant = key
-            time_s = _value(values, f"{time_class}.time_layer_norm", key)
-            metric = lambda name, key=key, metrics=metrics: _value(values, f"{metrics}.track_{name}", key)
-            rows[key] = {
-                "kernel": f"layer_norm/{variant}",
-                "case": f"{shape} {dtype} {direction}",
-                "time_us": time_s * 1e6 if time_s is not None else None,
-                "speedup_torch": metric("speedup_vs_torch"),
-                "speedup_compile": metric("speedup_vs_compile"),
-                "speedup_liger": metric("speedup_vs_liger"),
-                "gbps": metric("gbps"),
-                "pct_peak": metric("pct_peak"),
-                "pct_tensor_copy": metric("pct_tensor_copy"),
-                "host_us": metric("host_us"),
-                "host_vs_torch": metric("host_vs_torch"),
-            }
-    order = {v: i for i, v in enumerate(LAYER_NORM_VARIANTS)}
-    return sorted(rows.values(), key=lambda r: (r["case"], order.get(r["kernel"].split("/")[1], 99)))
+            value = lambda name, key=key, tracked=tracked: _value(values, tracked(name), key)
+            rows[key] = row(grid, key[:-1], key[-1], _value(values, timed, key), value)
+    order = {variant: i for i, variant in enumerate(v for grid in suite.grids for v in grid.variants)}
+    return [(key, rows[key]) for key in sorted(rows, key=lambda key: (" ".join(key[:-1]), order[key[-1]]))]
 
 
-def attention_rows(values: dict) -> list[dict]:
-    """One row per (config, accumulation mode): backward time, TFLOP/s, % of the bf16 matmul peak."""
-    rows = []
-    keys = {k for k in values.get(ATT, {}) if k[1] not in ("fa2_varlen", "cudnn_sdpa")}
-    for config, accum in sorted(keys | set(values.get(f"{ATT_METRICS}.track_tflops", {}))):
-        time_s = _value(values, ATT, (config, accum))
-        rows.append(
-            {
-                "kernel": f"attention_bwd/{accum}",
-                "case": config,
-                "time_us": time_s * 1e6 if time_s is not None else None,
-                "speedup_fa2": _value(values, f"{ATT_METRICS}.track_speedup_vs_fa2", (config, accum)),
-                "speedup_cudnn": _value(values, f"{ATT_METRICS}.track_speedup_vs_cudnn", (config, accum)),
-                "tflops": _value(values, f"{ATT_METRICS}.track_tflops", (config, accum)),
-                "pct_peak": _value(values, f"{ATT_METRICS}.track_pct_matmul_peak", (config, accum)),
-            }
-        )
-    return rows
+def suite_rows(suite: Suite, values: dict) -> list[dict]:
+    """The rows of ``suite``'s cases that asv recorded a value for."""
+    return measured([r for _, r in _keyed_rows(suite, values)])
 
 
-# A row is worth a line when asv recorded one of these for it.
-MEASURED = ("time_us", "speedup_torch", "speedup_fa2", "speedup_cudnn", "gbps", "tflops", "pct_peak")
+def smoke_rows(suite: Suite, values: dict) -> list[dict]:
+    """A smoke run's rows of ``suite``: each labelled with the size that ran, its interpreter time only."""
+    return [
+        {"kernel": r["kernel"], "case": suite.smoke_label(*key[:-1]), "time (us)": r["time (us)"]}
+        for key, r in _keyed_rows(suite, values)
+        if r["time (us)"] is not None
+    ]
 
 
 def measured(rows: list[dict]) -> list[dict]:
-    """The rows with a value for some MEASURED key: a case whose benchmarks all failed or were skipped has none."""
-    return [r for r in rows if any(r.get(k) is not None for k in MEASURED)]
+    """The rows with a value: a case whose benchmarks all failed or were skipped has none."""
+    return [r for r in rows if any(v is not None for k, v in r.items() if k not in ("kernel", "case"))]
 
 
 def peak_lines(values: dict) -> list[str]:
@@ -122,63 +105,43 @@ def peak_lines(values: dict) -> list[str]:
     ]
 
 
-COLUMNS = [
-    ("kernel", "kernel", "{}"),
-    ("case", "case", "{}"),
-    ("time_us", "time (us)", "{:.1f}"),
-    ("speedup_torch", "vs torch", "{:.2f}x"),
-    ("speedup_compile", "vs compile", "{:.2f}x"),
-    ("speedup_liger", "vs Liger", "{:.2f}x"),
-    ("speedup_fa2", "vs FA2", "{:.2f}x"),
-    ("speedup_cudnn", "vs cuDNN", "{:.2f}x"),
-    ("gbps", "GB/s", "{:.0f}"),
-    ("tflops", "TFLOP/s", "{:.0f}"),
-    ("pct_peak", "% peak", "{:.1f}"),
-    ("pct_tensor_copy", "% tensor copy", "{:.1f}"),
-    ("host_us", "host (us)", "{:.1f}"),
-    ("host_vs_torch", "host ÷ torch", "{:.2f}x"),
-    ("host_vs_compile", "host ÷ compile", "{:.2f}x"),
-]
+# A metric's format in the tables, by its unit.
+FORMATS = {"x": "{:.2f}x", "%": "{:.1f}", "us": "{:.1f}", "GB/s": "{:.0f}", "TFLOP/s": "{:.0f}"}
+
+
+def columns() -> dict[str, str]:
+    """Every column a table may have, by title, with its format: the case's, then each suite's metrics, in
+    the registry's order."""
+    from kernelgate.cases import SUITES
+
+    found = {"kernel": "{}", "case": "{}", "time (us)": FORMATS["us"]}
+    for metric in (metric for suite in SUITES for grid in suite.grids for metric in grid.metrics if metric.title):
+        found.setdefault(metric.title, FORMATS.get(metric.unit, "{:.3g}"))
+    return found
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """The COLUMNS that some row has a value for (a LayerNorm-only table has no TFLOP/s)."""
-    columns = [c for c in COLUMNS if any(r.get(c[0]) is not None for r in rows)]
+    """The columns that some row has a value for (a table of a kernel measured in GB/s has no TFLOP/s)."""
+    shown = {title: fmt for title, fmt in columns().items() if any(r.get(title) is not None for r in rows)}
 
-    def cell(row, key, fmt):
-        return "n/a" if row.get(key) is None else fmt.format(row[key])
+    def cell(row, title, fmt):
+        return "n/a" if row.get(title) is None else fmt.format(row[title])
 
-    lines = ["| " + " | ".join(title for _, title, _ in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r, k, f) for k, _, f in columns) + " |" for r in rows]
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(cell(r, t, f) for t, f in shown.items()) + " |" for r in rows]
     return "\n".join(lines)
-
-
-def _baseline_speedup(row: dict) -> float:
-    return row.get("speedup_torch") or row.get("speedup_fa2") or 0
 
 
 # What the chart plots per case: (value of a row, axis label, reference line or None).
 GPU_PANELS = [
-    (_baseline_speedup, "speedup over baseline (x): eager torch; FA2 for attention", 1.0),
-    (lambda row: row.get("pct_peak") or 0, "% of measured peak: copy bandwidth; bf16 matmul for attention", None),
+    (lambda row: row.get("baseline") or 0, "speedup over the kernel's baseline (x)", 1.0),
+    (lambda row: row.get("% peak") or 0, "% of the measured peak the kernel is bound by", None),
 ]
-SMOKE_PANELS = [(lambda row: row.get("time_us", 0) / 1e3, "Triton interpreter time per call (ms), CPU", None)]
-
-
-def smoke_rows(rows: list[dict]) -> list[dict]:
-    """A smoke run's LayerNorm rows: labelled with the size that ran, its interpreter time only."""
-    smoke = []
-    for row in rows:
-        shape, dtype, direction = row["case"].split()
-        ran = bench_case(shape, dtype).smoke()
-        case = f"{ran.m}x{ran.n} {dtype} {direction} (for {shape})"
-        smoke.append({"kernel": row["kernel"], "case": case, "time_us": row["time_us"]})
-    return [r for r in smoke if r["time_us"] is not None]
+SMOKE_PANELS = [(lambda row: row.get("time (us)", 0) / 1e3, "Triton interpreter time per call (ms), CPU", None)]
 
 
 def chart(rows: list[dict], title: str, path: Path, panels=GPU_PANELS) -> None:
-    """One panel per entry of ``panels``, horizontal bars per case, one per kernel of the case's
-    family (LayerNorm variants, attention modes)."""
+    """One panel per entry of ``panels``, horizontal bars per case, one per variant of its kernel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -217,14 +180,16 @@ def summarize(results_dir: Path, machine: str, commit: str, out_dir: Path) -> tu
     values, params = load_values(results_dir, machine, commit)
     if not values:
         raise SystemExit(f"no asv results for machine {machine!r} at commit {commit[:8]} in {results_dir}")
-    rows = measured(layer_norm_rows(values) + attention_rows(values))
+    from kernelgate.cases import SUITES
+
     versions = f"torch {params.get('torch', '?')}, triton {params.get('triton', '?')}, commit {commit[:8]}"
     if params.get("gpu_class") == "interpreter":
-        rows = smoke_rows([r for r in rows if r["kernel"].startswith("layer_norm/")])
+        rows = [r for suite in SUITES if not suite.needs_gpu for r in smoke_rows(suite, values)]
         header = [
             f"SMOKE RUN, no GPU: Triton's interpreter on the CPU, {versions}.",
             "Each case ran at the tiny size shown (the GPU case it stands for in brackets); the times are",
-            "interpreter times, which say the suite runs, not how fast a kernel is. Attention needs a GPU.",
+            "interpreter times, which say the suite runs, not how fast a kernel is."
+            + "".join(f" {suite.title} needs a GPU." for suite in SUITES if suite.needs_gpu),
         ]
         title, panels = f"smoke run (Triton interpreter, CPU) @ {commit[:8]}: not GPU performance", SMOKE_PANELS
     else:
@@ -234,6 +199,7 @@ def summarize(results_dir: Path, machine: str, commit: str, out_dir: Path) -> tu
             *peak_lines(values),
         ]
         title, panels = f"{params.get('gpu', machine)} @ {commit[:8]}", GPU_PANELS
+        rows = [r for suite in SUITES for r in suite_rows(suite, values)]
     if not rows:
         raise SystemExit(f"no benchmark of commit {commit[:8]} on {machine!r} has a value: every one failed")
     text = "\n".join(filter(None, header)) + "\n\n" + markdown_table(rows)

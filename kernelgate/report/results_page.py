@@ -14,7 +14,8 @@ from pathlib import Path
 
 from asv.results import Results, iter_results_for_machine
 
-from kernelgate.report.bench import attention_rows, layer_norm_rows, load_values, markdown_table, measured, peak_lines
+from kernelgate.cases import SUITES
+from kernelgate.report.bench import load_values, markdown_table, peak_lines, suite_rows
 
 INTRO = """\
 # Benchmark results per GPU
@@ -24,20 +25,11 @@ for each GPU machine, the rows `nox -s bench` prints for the most recent commit 
 Do not edit by hand. The columns:
 
 - time (us): asv's time of one call, the median of its back-to-back samples.
-- LayerNorm cases 8192xN at N from 768 to 32768 are the model widths, measured for `auto` alone.
-- vs torch, vs compile, vs Liger, vs FA2, vs cuDNN: speedup over eager torch, torch.compile, Liger-Kernel,
-  and for attention torch's varlen_attn (FA2) and cuDNN SDPA on the batch padded to its longest
-  sequence = the ratio of their times, measured interleaved in one process.
-- GB/s and % peak (LayerNorm): bandwidth achieved on the bytes the case must move, and its % of the
-  device's copy peak (a 1 GiB copy), measured interleaved with it.
-- % tensor copy: bandwidth achieved over that of a copy of one [M, N] tensor of the case, timed alike;
-  near 100 where % peak falls short, the size, not the kernel, is why.
-- TFLOP/s and % peak (attention): FLOP rate of the backward, and its % of a bf16 8192^3 matmul's,
-  measured interleaved with it.
-- host (us): host time to enqueue one eager call (checks, launches), the least of many short loops;
-  host ÷ torch: that time over eager torch's, measured alternately with it (lower is better).
+{notes}
 
-n/a: asv recorded no value (the benchmark failed or was skipped)."""
+n/a: asv recorded no value (the benchmark failed or was skipped).""".format(
+    notes="\n".join(f"\n{suite.title}:\n\n{suite.notes}" for suite in SUITES if suite.notes)
+)
 
 
 # What a section names beside the machine and commit: (label, key of asv's machine params).
@@ -71,7 +63,7 @@ def section(results_dir: Path, machine: str, commit: str) -> tuple[str, str]:
     values, params = load_values(results_dir, machine, commit)
     gpu = params.get("gpu", machine)
     identity = ", ".join(f"{label} {params.get(key, '?')}" for label, key in VERSIONS)
-    tables = [markdown_table(rows) for rows in map(measured, (layer_norm_rows(values), attention_rows(values))) if rows]
+    tables = [markdown_table(rows) for rows in (suite_rows(suite, values) for suite in SUITES) if rows]
     parts = [
         f"## {gpu}",
         f"Machine `{machine}`, commit `{commit[:8]}`: {identity}; {'; '.join(peak_lines(values))}.",

@@ -21,9 +21,14 @@ import tempfile
 import torch
 
 from kernelgate import cli
-from kernelgate.cases.attention import BENCH_CONFIGS, AttentionCase, rel_l2
+from kernelgate.cases.attention import (
+    BENCH_CONFIGS,
+    AttentionCase,
+    attention_backward_workload,
+    attention_shape,
+    rel_l2,
+)
 from kernelgate.measure.parallel import default_jobs, in_worker_processes
-from kernelgate.measure.workloads import attention_shape
 
 # (dim_qk, dim_v) -> (block_m, block_n, num_stages, threads) besides the default, compiled
 # offline for sm_90a (all fit shared memory); the comments count the spill stores (STL) in
@@ -86,7 +91,7 @@ def compile_all(names: list[str], arch: str, jobs: int) -> None:
 def sweep(name: str) -> None:
     from kernelgate.kernels.attention.ops import attention_backward, attention_forward
     from kernelgate.measure import timing
-    from kernelgate.measure.workloads import attention_backward_workload, warmed
+    from kernelgate.measure.workloads import warmed
 
     case = BENCH_CONFIGS[name]
     inp = case.make_inputs("cuda")

@@ -15,10 +15,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelgate import cli
-from kernelgate.cases.layer_norm import BENCH_DIRECTIONS, BENCH_DTYPES, LAYER_NORM_VARIANTS, bench_case, shape_names
+from kernelgate.cases.layer_norm import (
+    BENCH_DIRECTIONS,
+    BENCH_DTYPES,
+    LAYER_NORM_VARIANTS,
+    bench_case,
+    layer_norm_workload,
+    shape_names,
+    sized_for_device,
+)
 from kernelgate.kernels.layer_norm.config import tuned_table
 from kernelgate.measure import timing
-from kernelgate.measure.workloads import batched, layer_norm_workload, rotations, sized_for_device, warmed
+from kernelgate.measure.workloads import batched, rotations, warmed
 
 
 def under_table(path: Path, fn: Callable[[], object]) -> Callable[[], object]:

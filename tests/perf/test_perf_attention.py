@@ -8,10 +8,15 @@ without a GPU these skip, saying so.
 
 import pytest
 
-from kernelgate.cases.attention import ATTENTION_BASELINE, ATTENTION_REFERENCES, BENCH_CONFIGS
+from kernelgate.cases.attention import (
+    ATTENTION_BASELINE,
+    ATTENTION_REFERENCES,
+    BENCH_CONFIGS,
+    attention_backward_workload,
+)
 from kernelgate.kernels.attention import ACCUM_MODES
 from kernelgate.measure import timing
-from kernelgate.measure.workloads import attention_backward_workload, warmed
+from kernelgate.measure.workloads import warmed
 
 pytestmark = [
     pytest.mark.benchmark(timer=timing.device_clock, warmup=True),

@@ -15,10 +15,13 @@ from kernelgate.cases.layer_norm import (
     LAYER_NORM_REFERENCES,
     LAYER_NORM_VARIANTS,
     bench_case,
+    layer_norm_workload,
     shape_names,
+    sized_for_device,
+    timed_layer_norm,
 )
 from kernelgate.measure import timing
-from kernelgate.measure.workloads import in_cuda_graphs, layer_norm_workload, sized_for_device, timed_layer_norm, warmed
+from kernelgate.measure.workloads import in_cuda_graphs, warmed
 
 pytestmark = [
     # Device time: the clock is read after a device sync. Warm-up rounds (GPU clocks, caches)
