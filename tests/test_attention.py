@@ -321,3 +321,10 @@ def test_tma_needs_sm90():
         check_capability(accum, (9, 0))  # H100 / H200: all modes
     check_capability("region", (8, 6))
     check_capability("elem", (8, 0))
+
+
+def test_the_cases_name_the_kernels_accumulation_modes():
+    """The cases module declares them without importing the kernels (TileLang): the same, in the same order."""
+    from kernelgate.cases import attention
+
+    assert attention.ACCUM_MODES == ACCUM_MODES
