@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelgate.measure.parallel import available_cpus, default_jobs
+from kernelgate.measure.progress import Progress, heartbeat
 from kernelgate.prcheck import bench, isolation, results, selection
 from kernelgate.prcheck.environments import RunnerError, overlay
 
@@ -50,19 +51,25 @@ class CheckError(Exception):
 
 
 class Steps:
-    """Runs the check's steps, printing each one's start, end and time."""
+    """Runs the check's steps, printing each one's start, end and time, and while it runs, at least every
+    15 seconds, where it stands (``progress``: counts the step reports, the logs it watches)."""
 
     def __init__(self):
         self.times: list[tuple[str, float, str]] = []
         self.start = time.perf_counter()
+        self.watched: dict[str, Path] = {}  # logs of work that spans steps (the GPU tests)
+        self.progress = Progress()
 
     @contextlib.contextmanager
     def __call__(self, name: str):
         print(f"\n==> {name}", flush=True)
         start = time.perf_counter()
         outcome = "ok"
+        self.progress = Progress()
+        self.progress.logs.update(self.watched)
         try:
-            yield
+            with heartbeat(name, self.progress):
+                yield
         except BaseException:
             outcome = "failed"
             raise
@@ -272,6 +279,7 @@ def tests_beside(plan: Plan, out: Path, steps: Steps):
             "--dist", "loadgroup", "--benchmark-disable", "--require-gpu", f"--shard={k}/{n}",
             f"--junitxml={junit}"]  # fmt: skip
     print(f"GPU tests started beside the next steps (log: {log_path})", flush=True)
+    steps.watched["GPU tests"] = log_path
     start = time.perf_counter()
     env = isolation.environ(head.env, untrusted=head.user is not None)
     with log_path.open("w") as log:
@@ -284,6 +292,7 @@ def tests_beside(plan: Plan, out: Path, steps: Steps):
         raise
     finally:
         code = proc.wait()
+        steps.watched.pop("GPU tests", None)
         if junit.is_file():
             (out / TEST_REPORT).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(junit, out / TEST_REPORT)
@@ -327,6 +336,7 @@ def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[bench.Case]]) -> Non
             log_path = side.log.with_name(f"{role}-warm.log")
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log = stack.enter_context(log_path.open("w"))
+            steps.progress.logs[f"{role} warm-up"] = log_path
             warm_cases = log_path.with_name(f"{role}-warm-cases.json")
             warm_cases.write_text(json.dumps([[c.kind, c.values] for c in cases[role]]))
             env = isolation.environ({**side.env, WARM_CASES_ENV: str(warm_cases)}, untrusted=side.user is not None)
@@ -345,7 +355,7 @@ def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[bench.Case]]) -> Non
 def measure(plan: Plan, steps: Steps, cases: dict[str, list[bench.Case]]) -> dict:
     """Measure the chosen cases, base and head interleaved; returns the records."""
     with steps("benchmarks"):
-        return bench.measure([plan.side("base"), plan.side("head")], cases)
+        return bench.measure([plan.side("base"), plan.side("head")], cases, progress=steps.progress)
 
 
 def bounded_tracks(out: Path, gpu_class: str) -> Callable[[bench.Case, dict], bool]:
