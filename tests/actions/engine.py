@@ -30,6 +30,7 @@ import ssl
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,6 +148,19 @@ class Origin:
         self.pulls[number] = PullRequest(number, commits[0], merge)
         return self.pulls[number]
 
+    def base_moved(self, number: int) -> str:
+        """Main moves on (a commit only the new test merge holds) and GitHub merges the pull request's head
+        into it again: refs/pull/N/merge changes. Returns the new test merge."""
+        git(self.author, "switch", "-q", "--detach", "main")
+        (self.author / "docs" / f"moved-{number}.md").write_text("Main moved on.\n")
+        git(self.author, "add", "-A")
+        git(self.author, "commit", "-qm", "main moves on")
+        git(self.author, "merge", "-q", "--no-ff", "-m", "Merge into main", self.head_of(number))
+        merge = git(self.author, "rev-parse", "HEAD")
+        git(self.author, "switch", "-q", "main")
+        git(self.author, "push", "-q", "-f", str(self.bare), f"{merge}:refs/pull/{number}/merge")
+        return merge
+
     def head_of(self, number: int) -> str:
         """The pull request's head now, as GitHub's API answers it."""
         return git(self.bare, "rev-parse", f"refs/pull/{number}/head")
@@ -199,6 +213,7 @@ class GitHubApi:
         self.labels: dict[int, list[str]] = {}
         self.comments: dict[int, list[dict]] = {}
         self.requests: list[Request] = []
+        self.on_pending: Callable[[], object] | None = None  # called when a pending status is set
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -258,6 +273,8 @@ class GitHubApi:
             case ("GET", ["issues", number, "labels"]):
                 return 200, [{"name": name} for name in self.labels.get(int(number), [])]
             case ("POST", ["statuses", sha]):
+                if (body or {}).get("state") == "pending" and self.on_pending is not None:
+                    self.on_pending()
                 return 201, {"id": len(self.requests), "sha": sha, **(body or {})}
             case ("GET", ["issues", number, "comments"]):
                 return 200, self.comments.get(int(number), [])
@@ -279,8 +296,8 @@ class GitHubApi:
 
     def comment_writes(self) -> list[Request]:
         """The report comments created or updated."""
-        return [r for r in self.requests if (r.method, r.path.rsplit("/", 1)[-1]) in (("POST", "comments"),)
-                or (r.method == "PATCH" and "/issues/comments/" in r.path)]  # fmt: skip
+        created = lambda r: r.method == "POST" and r.path.endswith("/comments")
+        return [r for r in self.requests if created(r) or (r.method == "PATCH" and "/issues/comments/" in r.path)]
 
 
 # --- act --------------------------------------------------------------------------------------------
@@ -298,11 +315,12 @@ class Run:
 
     returncode: int
     log: str
-    jobs: dict[str, str]  # job id (matrix jobs: "gpu-1", ...) -> "success" / "failure"
-    artifacts: Path
+    jobs: dict[str, list[str]]  # job id -> each of its runs' result ("success", "failure"), a matrix's in turn
+    folder: Path  # act.log, event.json, artifacts/
 
-    def job(self, name: str) -> str | None:
-        return self.jobs.get(name)
+    @property
+    def artifacts(self) -> Path:
+        return self.folder / "artifacts"
 
     def artifact(self, name: str, dest: Path) -> Path:
         """The artifact ``name`` of this run, unpacked into ``dest``."""
@@ -384,15 +402,18 @@ class Engine:
         )  # fmt: skip
         log = done.stdout + done.stderr
         (run_dir / "act.log").write_text(log)
-        return Run(done.returncode, log, job_results(log), run_dir / "artifacts")
+        return Run(done.returncode, log, job_results(log), run_dir)
 
 
 JOB_END = re.compile(r"^\[([^\]]+)\]\s+🏁\s+Job (succeeded|failed)", re.MULTILINE)
 
 
-def job_results(log: str) -> dict[str, str]:
-    """Each job act ran and its result, from act's log (``--log-prefix-job-id``)."""
-    return {job: "success" if word == "succeeded" else "failure" for job, word in JOB_END.findall(log)}
+def job_results(log: str) -> dict[str, list[str]]:
+    """Each job act ran and its results, from act's log (``--log-prefix-job-id``; a skipped job is absent)."""
+    results: dict[str, list[str]] = {}
+    for job, word in JOB_END.findall(log):
+        results.setdefault(job, []).append("success" if word == "succeeded" else "failure")
+    return results
 
 
 @contextlib.contextmanager

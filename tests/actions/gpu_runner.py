@@ -112,18 +112,21 @@ class Measurements:
 
     def measure(self, sides, cases, rounds: int | None = None, samples: int | None = None) -> dict:
         from kernelgate.gate.asv_results import Case
-        from kernelgate.gate.thresholds import load_thresholds
+        from kernelgate.gate.thresholds import load_thresholds, with_head_rules
         from kernelgate.prcheck import bench, check
 
         plan = self.plan or check.Plan.load(Path(sides[0].log).parents[1])
         out = Path(plan.sides["head"]["log"]).parents[1]
         suites = check.read_suites(out)
-        chosen = check.chosen_cases(suites, plan.benchmarks, check.bounded_tracks(out / "trusted", standin_gpu_class()))
+        chosen = check.chosen_cases(suites, plan.benchmarks, check.bounded_tracks(out, standin_gpu_class()))
         # The case head is slower on: the first selected time case both commits have, whatever the shard.
         slow = min(c for c in chosen["head"] if c.kind == "time" and c in chosen["base"])
         if self.config.slower != 1.0:
             (Path(self.config.record) / "slowed.txt").write_text(slow.id)
-        rules = load_thresholds(out / "trusted" / "perf-thresholds.toml").applicable(standin_gpu_class())
+        # The floors and ceilings the gate applies: base's, and those head adds.
+        thresholds = load_thresholds(out / check.TRUSTED / "perf-thresholds.toml")
+        thresholds = with_head_rules(thresholds, out / check.FROM_HEAD / "perf-thresholds.toml")
+        rules = thresholds.applicable(standin_gpu_class())
         count = (rounds or bench.ROUNDS) * (samples or bench.SAMPLES_PER_ROUND)
         records: dict[str, dict] = {}
         for role, role_cases in cases.items():
@@ -237,9 +240,10 @@ def main(argv: list[str]) -> int:
     if argv[4] != "pr-check":
         raise SystemExit(f"the stood-in GPU runner has no session {argv[4]!r}")
     site = os.pathsep.join(filter(None, [str(SITE), os.environ.get("PYTHONPATH")]))
-    code = subprocess.run(
-        [sys.executable, *argv], env={**os.environ, "PYTHONPATH": site, CONFIG_ENV: config_path}
-    ).returncode
+    # Head's processes run as the check: another user could not run this interpreter, which lives where the
+    # test session's does (under /root, say), so the runner's head user is not handed on.
+    env = {k: v for k, v in os.environ.items() if k != "KERNELGATE_HEAD_USER"}
+    code = subprocess.run([sys.executable, *argv], env={**env, "PYTHONPATH": site, CONFIG_ENV: config_path}).returncode
     if config.tamper:
         tamper(Path(option(argv, "--out") or ".pr-check/out"), config.tamper)
         return 0
