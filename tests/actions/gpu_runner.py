@@ -110,7 +110,7 @@ class Measurements:
         with steps("benchmarks"):
             return self.measure(None, cases)
 
-    def measure(self, sides, cases, rounds: int | None = None, samples: int | None = None) -> dict:
+    def measure(self, sides, cases, rounds: int | None = None, samples: int | None = None, **_options) -> dict:
         from kernelgate.gate.asv_results import Case
         from kernelgate.gate.thresholds import load_thresholds, with_head_rules
         from kernelgate.prcheck import bench, check
