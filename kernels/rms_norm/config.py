@@ -3,8 +3,9 @@
 The kernel a launch runs follows from its configuration: a tile that covers the row
 (``block_n >= N``) runs the one-pass kernel, which holds the row in registers; a narrower one
 runs the looped kernel, which walks the row in ``block_n`` chunks twice. There is no tuned table
-yet: every launch takes ``heuristic_config``, whose rules follow what the LayerNorm's sweeps
-measured for its kernels of the same shape (docs/kernels/rms-norm.md says which).
+yet: every launch takes ``heuristic_config``, whose rules rest on sweeps of these kernels on an H200
+where they were measured, and on the LayerNorm's rules for its kernels of the same shape elsewhere
+(docs/kernels/rms-norm.md says which).
 """
 
 import dataclasses
