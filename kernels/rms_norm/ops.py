@@ -6,13 +6,11 @@ configuration (``config.heuristic_config``) picks the kernel: the row in registe
 """
 
 import math
-import operator
 from collections.abc import Sequence
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from kernelgate.kernels.device import interpreter_mode
 from kernelgate.kernels.layer_norm.config import cdiv, persistent_programs
 from kernelgate.kernels.layer_norm.launch import Launch
 
@@ -20,10 +18,9 @@ from kernelgate.kernels.layer_norm.launch import Launch
 # tensors, programmatic dependent launch on sm_90+, the SM count, and the deterministic column sum of
 # per-program partial rows (one slab here: dw).
 from kernelgate.kernels.layer_norm.ops import _rows, _shaped, _sms, column_sum_launch, pdl_of, vector_width
+from kernelgate.kernels.norm_inputs import check_tensor, normalized_shape_of
 from kernelgate.kernels.rms_norm import triton_kernels as tk
 from kernelgate.kernels.rms_norm.config import RMSNormConfig, heuristic_config
-
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def default_eps(dtype: torch.dtype) -> float:
@@ -32,40 +29,9 @@ def default_eps(dtype: torch.dtype) -> float:
     return torch.finfo(torch.float32).eps
 
 
-def _check_tensor(name: str, t, like: torch.Tensor | None = None) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"rms_norm: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if like is not None and t.dtype != like.dtype:  # like's dtype is checked: so is t's when they match
-        raise TypeError(f"rms_norm: {name} has dtype {t.dtype} but x has {like.dtype}")
-    if like is None and t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"rms_norm: {name} has dtype {t.dtype}; supported: float32, float16, bfloat16")
-    if like is not None and t.device != like.device:
-        raise ValueError(f"rms_norm: {name} is on {t.device} but x is on {like.device}")
-    if like is None and not t.is_cuda and not interpreter_mode():
-        raise ValueError(
-            f"rms_norm: {name} is on {t.device}; the Triton kernels need a CUDA tensor "
-            "(or TRITON_INTERPRET=1 for the CPU interpreter)"
-        )
-
-
-def _normalized_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
-    """As a tuple of ints; like torch's, at least one dimension (an empty one would normalize nothing)."""
-    if isinstance(normalized_shape, int) and not isinstance(normalized_shape, bool):
-        return (normalized_shape,)
-    try:
-        shape = tuple(operator.index(d) for d in normalized_shape)
-    except TypeError:
-        raise TypeError(
-            f"rms_norm: normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}"
-        ) from None
-    if not shape:
-        raise ValueError("rms_norm: normalized_shape is empty; it needs at least the last dimension's size")
-    return shape
-
-
 def _check_inputs(x, normalized_shape: tuple[int, ...], weight, eps) -> tuple[int, float]:
     """Validate everything a launch depends on; return N, the row length, and eps resolved."""
-    _check_tensor("x", x)
+    check_tensor("rms_norm", "x", x)
     if eps is None:
         eps = default_eps(x.dtype)
     elif isinstance(eps, bool) or not isinstance(eps, (int, float)):
@@ -78,7 +44,7 @@ def _check_inputs(x, normalized_shape: tuple[int, ...], weight, eps) -> tuple[in
     if n == 0:
         raise ValueError(f"rms_norm: normalized_shape {normalized_shape} has zero elements (N = 0)")
     if weight is not None:
-        _check_tensor("weight", weight, like=x)
+        check_tensor("rms_norm", "weight", weight, like=x)
         if weight.shape != normalized_shape:
             raise ValueError(f"rms_norm: weight has shape {tuple(weight.shape)}, expected {normalized_shape}")
     return n, float(eps)
@@ -190,7 +156,7 @@ def rms_norm(
     """Drop-in for ``torch.nn.functional.rms_norm`` backed by the Triton kernels: the same arguments and
     defaults (``eps=None``: ``default_eps``); fp32, fp16 and bf16 inputs, the weight in x's dtype."""
     x = input
-    normalized_shape = _normalized_shape(normalized_shape)
+    normalized_shape = normalized_shape_of("rms_norm", normalized_shape)
     needs_grad = torch.is_grad_enabled() and (
         getattr(x, "requires_grad", False) or getattr(weight, "requires_grad", False)
     )
