@@ -3,22 +3,31 @@ the PR check's."""
 
 import contextlib
 import time
+from pathlib import Path
+
+from kernelgate.measure.progress import Progress, heartbeat
 
 
 class Steps:
-    """``with steps(name):`` runs a step; ``table()`` gives every step's time and outcome."""
+    """``with steps(name):`` runs a step; ``table()`` gives every step's time and outcome. While a step runs it
+    prints, at least every 15 seconds, where it stands (``progress``: counts the step reports, the logs it watches)."""
 
     def __init__(self):
         self.times: list[tuple[str, float, str]] = []
         self.start = time.perf_counter()
+        self.watched: dict[str, Path] = {}  # logs of work that spans steps (the PR check's GPU tests)
+        self.progress = Progress()
 
     @contextlib.contextmanager
     def __call__(self, name: str):
         print(f"\n==> {name}", flush=True)
         start = time.perf_counter()
         outcome = "ok"
+        self.progress = Progress()
+        self.progress.logs.update(self.watched)
         try:
-            yield
+            with heartbeat(name, self.progress):
+                yield
         except BaseException:
             outcome = "failed"
             raise

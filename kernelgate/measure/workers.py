@@ -26,6 +26,7 @@ from pathlib import Path
 
 from kernelgate import asv_case
 from kernelgate.asv_case import Case
+from kernelgate.measure.progress import Progress
 
 ROUNDS = 4  # base/head turns per case; the order alternates each round
 SAMPLES_PER_ROUND = 5  # asv samples per turn: ROUNDS * SAMPLES_PER_ROUND samples per commit and case
@@ -211,7 +212,7 @@ def _time_case(case: Case, workers: dict[str, Worker], rounds: int, samples: int
     return {**records, **taken}
 
 
-def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str) -> dict[str, dict]:
+def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str, progress: Progress) -> dict[str, dict]:
     records = {}
     by_benchmark: dict[str, list[Case]] = {}
     for case in cases:
@@ -235,6 +236,7 @@ def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str) -> di
                 records[case.asv_id] = {"benchmark": case.benchmark, "index": case.index, "kind": "track",
                                     **failure(str(exc), lost=True)}  # fmt: skip
             _replace_lost(workers, {role: [str(exc)]})
+            progress.counted(progress.done + len(group), progress.total)
             continue
         errors = reply.get("errors") or [None] * len(group)
         for case, value, error in zip(group, reply["values"], errors, strict=True):
@@ -243,6 +245,7 @@ def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str) -> di
         if "fatal" in reply:
             lost_classes.setdefault(owner, reply["fatal"])
             _replace_lost(workers, {role: [reply["fatal"]]})
+        progress.counted(progress.done + len(group), progress.total)
     return records
 
 
@@ -261,18 +264,26 @@ def _replace_lost(workers: dict[str, Worker], lost: dict[str, list[str]]) -> Non
 
 
 def measure(
-    sides: list[Side], cases: dict[str, list[Case]], rounds: int = ROUNDS, samples: int = SAMPLES_PER_ROUND
+    sides: list[Side],
+    cases: dict[str, list[Case]],
+    rounds: int = ROUNDS,
+    samples: int = SAMPLES_PER_ROUND,
+    progress: Progress | None = None,
 ) -> dict[str, dict[str, dict]]:
     """{role: {case id: record}}: every case of ``cases[role]`` measured on its commit.
 
     A record holds ``status`` ("ok", "failed", "skipped"), and ``samples`` and ``number`` (time) or
     ``value`` (track), or a ``message`` (and, failed, its one-line ``reason``). Time cases both commits
-    declare are interleaved.
+    declare are interleaved. ``progress`` is told the cases done and the workers' logs.
     """
     workers = {side.role: Worker(side) for side in sides}
     records: dict[str, dict[str, dict]] = {side.role: {} for side in sides}
+    progress = progress or Progress()
+    progress.logs.update({f"{side.role} worker": side.log for side in sides})
     try:
         timed = sorted({c for role_cases in cases.values() for c in role_cases if c.kind == "time"})
+        tracked = {role: [c for c in role_cases if c.kind == "track"] for role, role_cases in cases.items()}
+        total = len(timed) + sum(map(len, tracked.values()))
         start = time.perf_counter()
         lost: dict[str, list[str]] = {role: [] for role in workers}
         for done, case in enumerate(timed, 1):
@@ -287,12 +298,12 @@ def measure(
                 gone = record["status"] != "ok" and not workers[role].alive
                 lost[role] = [*lost[role], record["message"]] if gone else []
             _replace_lost(workers, lost)
+            progress.counted(done, total)
             print(_progress(done, len(timed), start, case, records), flush=True)
         for role in list(workers):
-            tracked = [c for c in cases[role] if c.kind == "track"]
-            if tracked:
-                print(f"  {role}: {len(tracked)} track_* cases", flush=True)
-                records[role].update(_track_cases(tracked, workers, role))
+            if tracked[role]:
+                print(f"  {role}: {len(tracked[role])} track_* cases", flush=True)
+                records[role].update(_track_cases(tracked[role], workers, role, progress))
     finally:
         for worker in workers.values():
             worker.close()

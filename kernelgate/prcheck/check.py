@@ -238,6 +238,7 @@ def tests_beside(plan: Plan, out: Path, steps: Steps):
             "--dist", "loadgroup", "--benchmark-disable", "--require-gpu", f"--shard={k}/{n}",
             f"--junitxml={junit}"]  # fmt: skip
     print(f"GPU tests started beside the next steps (log: {log_path})", flush=True)
+    steps.watched["GPU tests"] = log_path
     start = time.perf_counter()
     with log_path.open("w") as log:
         proc = subprocess.Popen(argv, cwd=head.tree, env=head.env, stdout=log, stderr=subprocess.STDOUT,
@@ -249,6 +250,7 @@ def tests_beside(plan: Plan, out: Path, steps: Steps):
         raise
     finally:
         code = proc.wait()
+        steps.watched.pop("GPU tests", None)
         if junit.is_file():
             (out / TEST_REPORT).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(junit, out / TEST_REPORT)
@@ -292,6 +294,7 @@ def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[Case]]) -> None:
             log_path = side.log.with_name(f"{role}-warm.log")
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log = stack.enter_context(log_path.open("w"))
+            steps.progress.logs[f"{role} warm-up"] = log_path
             warm_cases = log_path.with_name(f"{role}-warm-cases.json")
             warm_cases.write_text(json.dumps([[c.benchmark, c.values] for c in cases[role]]))
             env = {**side.env, WARM_CASES_ENV: str(warm_cases)}
@@ -310,7 +313,7 @@ def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[Case]]) -> None:
 def measure(plan: Plan, steps: Steps, cases: dict[str, list[Case]]) -> dict:
     """Measure the chosen cases, base and head interleaved; returns the records."""
     with steps("benchmarks"):
-        return workers.measure([plan.side("base"), plan.side("head")], cases)
+        return workers.measure([plan.side("base"), plan.side("head")], cases, progress=steps.progress)
 
 
 def bounded_tracks(out: Path, gpu_class: str) -> Callable[[Case], bool]:

@@ -8,7 +8,6 @@ registers, N <= FUSED_MAX_N), "two_pass" (any N) or "auto".
 import dataclasses
 import functools
 import math
-import operator
 import os
 from collections.abc import Sequence
 
@@ -30,47 +29,15 @@ from kernelgate.kernels.layer_norm.config import (
     resolve_variant,
     tuned_override,
 )
-
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+from kernelgate.kernels.norm_inputs import check_tensor, normalized_shape_of
 
 _FWD_KERNELS = {"fused": tk.fused_fwd_kernel, "two_pass": tk.two_pass_fwd_kernel}
 _BWD_KERNELS = {"fused": tk.fused_bwd_kernel, "two_pass": tk.two_pass_bwd_kernel}
 
 
-def _check_tensor(name: str, t: torch.Tensor, like: torch.Tensor | None = None) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"layer_norm: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if like is not None and t.dtype != like.dtype:  # like's dtype is checked: so is t's when they match
-        raise TypeError(f"layer_norm: {name} has dtype {t.dtype} but x has {like.dtype}")
-    if like is None and t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"layer_norm: {name} has dtype {t.dtype}; supported: float32, float16, bfloat16")
-    if like is not None and t.device != like.device:
-        raise ValueError(f"layer_norm: {name} is on {t.device} but x is on {like.device}")
-    if like is None and not t.is_cuda and not interpreter_mode():
-        raise ValueError(
-            f"layer_norm: {name} is on {t.device}; the Triton kernels need a CUDA tensor "
-            "(or TRITON_INTERPRET=1 for the CPU interpreter)"
-        )
-
-
-def _normalized_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
-    """As a tuple of ints; like torch's, at least one dimension (an empty one would normalize nothing)."""
-    if isinstance(normalized_shape, int):
-        return (normalized_shape,)
-    try:
-        shape = tuple(operator.index(d) for d in normalized_shape)
-    except TypeError:
-        raise TypeError(
-            f"layer_norm: normalized_shape must be an int or a sequence of ints, got {normalized_shape!r}"
-        ) from None
-    if not shape:
-        raise ValueError("layer_norm: normalized_shape is empty; it needs at least the last dimension's size")
-    return shape
-
-
 def _check_inputs(x, normalized_shape, weight, bias, eps) -> int:
     """Validate everything a launch depends on; return N, the row length."""
-    _check_tensor("x", x)
+    check_tensor("layer_norm", "x", x)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError(f"layer_norm: eps must be a float, got {type(eps).__name__}")
     if not 0 <= eps < math.inf:  # a negative eps turns rows of small variance to NaN
@@ -85,7 +52,7 @@ def _check_inputs(x, normalized_shape, weight, bias, eps) -> int:
     for name, p in (("weight", weight), ("bias", bias)):
         if p is None:
             continue
-        _check_tensor(name, p, like=x)
+        check_tensor("layer_norm", name, p, like=x)
         if p.shape != normalized_shape:
             raise ValueError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected {normalized_shape}")
     return n
@@ -664,7 +631,7 @@ def layer_norm(
     variant: str = "auto",
 ) -> torch.Tensor:
     """Drop-in for ``torch.nn.functional.layer_norm`` backed by the Triton kernels."""
-    normalized_shape = _normalized_shape(normalized_shape)
+    normalized_shape = normalized_shape_of("layer_norm", normalized_shape)
     if isinstance(x, torch.Tensor) and not _needs_grad(x, weight, bias):
         # Inference: no autograd.Function.apply (~6 us a call on the host) and no statistics
         # to keep for a backward (up to 2% of the forward's device time in fp32, measured on an H200).

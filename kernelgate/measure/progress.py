@@ -1,0 +1,63 @@
+"""A long step's progress, printed at least every ``EVERY`` seconds, so that no minute of a run is silent:
+what is done of how many, the time elapsed, an estimate of what is left, and the last line of each log
+being watched (a worker's, the tests', the warm-ups')."""
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+
+EVERY = 15.0  # seconds between two lines, at most
+
+
+def last_line(path: Path, width: int = 100) -> str:
+    """The last non-empty line of a log (the end of a line pytest or a warm-up is still writing included)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, fh.seek(0, 2) - 4096))
+            tail = fh.read().decode(errors="replace")
+    except OSError:
+        return "(no log yet)"
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    text = lines[-1] if lines else "(empty)"
+    return text if len(text) <= width else "…" + text[-width + 1 :]
+
+
+class Progress:
+    """Counts and logs a step reports; ``line()`` says where it stands."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.done, self.total = 0, 0
+        self.logs: dict[str, Path] = {}
+
+    def counted(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+
+    def line(self) -> str:
+        elapsed = time.perf_counter() - self.start
+        parts = [f"{elapsed:.0f} s"]
+        if self.total:
+            parts.append(f"{self.done}/{self.total} done")
+            if self.done:
+                parts.append(f"about {elapsed / self.done * (self.total - self.done):.0f} s left")
+        parts += [f"{label}: {last_line(path)}" for label, path in self.logs.items()]
+        return "; ".join(parts)
+
+
+@contextlib.contextmanager
+def heartbeat(label: str, progress: Progress, every: float = EVERY):
+    """While the block runs, print ``label`` and ``progress.line()`` every ``every`` seconds."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            print(f"  ... {label}: {progress.line()}", flush=True)
+
+    thread = threading.Thread(target=beat, name=f"progress of {label}", daemon=True)
+    thread.start()
+    try:
+        yield progress
+    finally:
+        stop.set()
+        thread.join()

@@ -1,0 +1,28 @@
+"""A long step says where it stands at least every few seconds: counts, time, what is left, its logs' last lines."""
+
+import time
+
+from kernelgate.measure.progress import Progress, heartbeat, last_line
+
+
+def test_a_step_prints_where_it_stands_until_it_ends(tmp_path, capsys):
+    log = tmp_path / "worker.log"
+    log.write_text("setting up\n[3/10] a case: ok\n\n")
+    progress = Progress()
+    progress.logs["head worker"] = log
+    with heartbeat("benchmarks", progress, every=0.05):
+        progress.counted(3, 10)
+        time.sleep(0.3)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) >= 3, lines
+    assert all(line.startswith("  ... benchmarks: ") for line in lines)
+    assert "3/10 done; about " in lines[-1] and "s left; head worker: [3/10] a case: ok" in lines[-1]
+    time.sleep(0.15)
+    assert capsys.readouterr().out == "", "silent once the step has ended"
+
+
+def test_a_log_line_is_cut_to_its_end_and_a_missing_log_is_said(tmp_path):
+    log = tmp_path / "tests.log"
+    log.write_text("." * 300 + " [ 45%]")
+    assert last_line(log, width=20) == "…" + ("." * 300 + " [ 45%]")[-19:]
+    assert last_line(tmp_path / "none.log") == "(no log yet)"
