@@ -24,11 +24,11 @@ The LayerNorm's suite is the worked example (``kernelgate/cases/layer_norm.py``)
         time_method="time_layer_norm",
         params={"shape": shape_names(), "dtype": BENCH_DTYPES, "direction": BENCH_DIRECTIONS},
         variants=LAYER_NORM_VARIANTS,  # this project's kernels: the metrics class's last parameter
-        references=LAYER_NORM_REFERENCES,  # timed beside them: the time class's last parameter is "impl"
+        references=bandwidth.REFERENCES,  # timed beside them: the time class's last parameter is "impl"
         variant_name="variant",
         timed=timed,  # (shape, dtype, direction, impl) -> the back-to-back sample asv times
         measure=measure,  # (shape, dtype, direction, variants=[...]) -> {variant: {metric name: value}}
-        metrics=METRICS,  # Metric("gbps", "GB/s", "GB/s"): its name, unit and table column; ...
+        metrics=bandwidth.METRICS,  # Metric("gbps", "GB/s", "GB/s"): its name, unit and table column; ...
         label="layer_norm",  # the tables' kernel column: layer_norm/<variant>
         open_params={"shape": cli.shape},  # the metrics command takes any MxN shape
     )
@@ -37,7 +37,7 @@ The LayerNorm's suite is the worked example (``kernelgate/cases/layer_norm.py``)
         title="LayerNorm",
         grids=(SHAPES_GRID, WIDTHS_GRID),  # WIDTHS_GRID: dataclasses.replace(SHAPES_GRID, name=..., params=...)
         workload=workload,  # (shape, dtype, direction, impl) -> one call, untimed: what the warm-up runs
-        jit_references=("torch_compile", "liger"),  # the references the warm-up compiles too
+        jit_references=bandwidth.JIT_REFERENCES,  # the references the warm-up compiles too
         seconds=seconds,  # a case's seconds to measure (shards); None: the averages
         smoke_label=smoke_label,  # (shape, dtype, direction) -> the tiny case an interpreter run ran instead
         notes=NOTES,  # what its tables' columns mean, on the results page

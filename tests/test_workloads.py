@@ -8,15 +8,14 @@ import pytest
 import torch
 
 from kernelgate.cases.layer_norm import (
-    LAYER_NORM_REFERENCES,
     LayerNormCase,
     compiled_layer_norm,
     layer_norm_impl,
     layer_norm_workload,
-    tensor_copy_workload,
 )
 from kernelgate.kernels.layer_norm.reference import layer_norm_ref
-from kernelgate.measure.workloads import PLACEMENT_BYTES, PLACEMENTS, in_cuda_graphs, rotations
+from kernelgate.measure import bandwidth
+from kernelgate.measure.workloads import PLACEMENT_BYTES, PLACEMENTS, in_cuda_graphs, rotations, tensor_copy_workload
 
 
 def _doubling(device):
@@ -68,7 +67,7 @@ def test_the_tensor_copy_cycles_through_its_own_pairs():
     # The LayerNorm's pct_tensor_copy: a copy of the case's [M, N] tensors, rotated as the inputs
     # are, so that a batch of copies does not read what the previous one left in L2.
     case = LayerNormCase(8, 40, "bfloat16")
-    copy = tensor_copy_workload(case, rotate=3)
+    copy = tensor_copy_workload((case.m, case.n), case.torch_dtype, rotate=3)
     targets = [copy() for _ in range(4)]
     assert len({t.data_ptr() for t in targets[:3]}) == 3, "each call copies into another tensor"
     assert targets[3].data_ptr() == targets[0].data_ptr(), "then the cycle starts over"
@@ -91,7 +90,7 @@ def test_the_compiled_baseline_replays_its_backward_after_a_cached_training_comp
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("impl", LAYER_NORM_REFERENCES)
+@pytest.mark.parametrize("impl", bandwidth.REFERENCES)
 def test_every_reference_computes_the_layer_norm_it_is_compared_with(cuda_device, impl, dtype):
     # A speedup over a reference means something only if the reference does the same work: y and
     # the gradients of x, w and b against the float64 reference, at a non-power-of-two width.

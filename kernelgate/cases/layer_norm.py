@@ -4,9 +4,7 @@ the metrics measured on them, and the suite the harness drives them by (``SUITE`
 
 import dataclasses
 import functools
-import itertools
 import math
-import statistics
 from collections.abc import Callable
 
 import torch
@@ -14,9 +12,17 @@ import torch
 from kernelgate import cli
 from kernelgate.asv_case import Case
 from kernelgate.cases.common import DTYPES, FP32_HALF_ULP, Tolerance
-from kernelgate.measure import timing
-from kernelgate.measure.workloads import batched, bench_device, in_cuda_graphs, rotations, side_stream, warmed
-from kernelgate.suite import Grid, Metric, Suite
+from kernelgate.measure import bandwidth, timing
+from kernelgate.measure.bandwidth import bandwidth_metrics
+from kernelgate.measure.workloads import (
+    autograd_workload,
+    bench_device,
+    in_cuda_graphs,
+    rotations,
+    tensor_copy_workload,
+    warmed,
+)
+from kernelgate.suite import Grid, Suite
 
 # Forward output and dx: one rounding to the output dtype after fp32 math.
 # fp32: ~1e-6 is typical (statistics in fp32, rsqrt.approx is 2 ulp); 1e-5 bounds it.
@@ -143,11 +149,6 @@ BENCH_SHAPES = [(4096, 1024), (4096, 4096), (4096, 5000), (4096, 8192), (16384, 
 BENCH_DTYPES = ["float32", "bfloat16", "float16"]
 BENCH_DIRECTIONS = ["fwd", "bwd", "fwd+bwd"]  # bwd: the backward alone, of a saved forward
 LAYER_NORM_VARIANTS = ["fused", "two_pass", "auto"]
-# The baseline every speedup is against, and the other references: torch.compile (Inductor's
-# generated Triton) and Liger-Kernel's LayerNorm (hand-written Triton, as ours).
-LAYER_NORM_BASELINE = "torch"
-LAYER_NORM_REFERENCES = ["torch", "torch_compile", "liger"]
-GPU_ONLY_REFERENCES = ["torch_compile", "liger"]  # not run in interpreter smoke mode
 
 # The row widths models use (hidden sizes from 768 to 32768), each at MODEL_ROWS rows, a batch of
 # tokens: the broad set that launch-config selection must be fast on without an entry per width.
@@ -191,7 +192,7 @@ def compiled_layer_norm():
 
 
 def layer_norm_impl(impl: str) -> Callable:
-    """``(x, weight, bias, eps) -> y`` for a kernel variant or a reference (LAYER_NORM_REFERENCES)."""
+    """``(x, weight, bias, eps) -> y`` for a kernel variant or a reference (``bandwidth.REFERENCES``)."""
     if impl in LAYER_NORM_VARIANTS:
         from kernelgate import kernels  # here: the harness reads the cases without compiling the kernels
 
@@ -209,55 +210,19 @@ def layer_norm_impl(impl: str) -> Callable:
 
 
 def layer_norm_workload(case: LayerNormCase, impl: str, direction: str, rotate: int = 1) -> Callable[[], object]:
-    """One forward (``fwd``), one backward of a forward run here, once, outside any
-    timed call (``bwd``), or a forward plus its backward (``fwd+bwd``) of ``case``."""
+    """One forward (``fwd``), one backward of a saved forward (``bwd``) or a forward plus its backward
+    (``fwd+bwd``) of ``case`` by ``impl``, cycling through ``rotate`` input sets (``workloads.autograd_workload``)."""
     run_impl = layer_norm_impl(impl)
     device = bench_device()
     grads = direction != "fwd"
-
-    def output_grad():  # each set its own dy: its own allocation (see ``rotations``)
-        return torch.randn(case.m, case.n, device=device, dtype=case.torch_dtype) if grads else None
-
-    sets = [(case.make_inputs(device, requires_grad=grads), output_grad()) for _ in range(rotate)]
-    if direction == "bwd":
-        # Autograd runs each backward kernel on its forward's stream. Not the legacy default
-        # stream: a CUDA graph capture (in_cuda_graphs) may not make that one wait on it.
-        with side_stream():
-            saved = itertools.cycle([(inputs, run_impl(*inputs, case.eps), dy) for inputs, dy in sets])
-
-        def backward():
-            inputs, y, dy = next(saved)
-            return torch.autograd.grad(y, inputs, dy, retain_graph=True)
-
-        return backward
-    cycle = itertools.cycle(sets)
-
-    def forward():
-        (x, w, b), _ = next(cycle)
-        return run_impl(x, w, b, case.eps)
-
-    def forward_backward():
-        (x, w, b), dy = next(cycle)
-        # autograd.grad returns fresh gradients: no accumulation kernels into .grad
-        return torch.autograd.grad(run_impl(x, w, b, case.eps), (x, w, b), dy)
-
-    return forward_backward if direction == "fwd+bwd" else forward
-
-
-def tensor_copy_workload(case: LayerNormCase, rotate: int = 1) -> Callable[[], torch.Tensor]:
-    """A device copy of one [M, N] tensor of the case's dtype into another, cycling through
-    ``rotate`` pairs as ``layer_norm_workload`` cycles through input sets: tensors as the
-    allocator places them, so the copy meets the memory system as the kernels do at this size."""
-    device = bench_device()
-    pairs = [(case.make_inputs(device)[0], torch.empty(case.m, case.n, device=device, dtype=case.torch_dtype))
-             for _ in range(rotate)]  # fmt: skip
-    cycle = itertools.cycle(pairs)
-
-    def copy():
-        source, target = next(cycle)
-        return target.copy_(source)
-
-    return copy
+    sets = [
+        (
+            case.make_inputs(device, requires_grad=grads),
+            torch.randn(case.m, case.n, device=device, dtype=case.torch_dtype) if grads else None,
+        )
+        for _ in range(rotate)
+    ]
+    return autograd_workload(sets, lambda x, w, b: run_impl(x, w, b, case.eps), direction)
 
 
 def timed_layer_norm(case: LayerNormCase, impl: str, direction: str) -> Callable[[], None]:
@@ -268,54 +233,17 @@ def timed_layer_norm(case: LayerNormCase, impl: str, direction: str) -> Callable
     return in_cuda_graphs(warmed(layer_norm_workload(case, impl, direction, rotate)), rotate)
 
 
-# --- metrics: what the metrics classes track ---------------------------------------------------------
-
-
 def layer_norm_metrics(
     case: LayerNormCase, direction: str, variants: list[str] = LAYER_NORM_VARIANTS
 ) -> dict[str, dict[str, float]]:
-    """Per variant: speedup over eager torch, torch.compile and Liger-Kernel, GB/s, % of the copy
-    peak and % of a copy of one of the case's [M, N] tensors (the memory system's rate at
-    this size), and the host's cost per eager call, alone and as a ratio to eager torch's and
-    torch.compile's (measured alternately with them: a ratio does not depend on the host's CPU).
-
-    Device times are do_bench medians (L2 flushed before every run) of a CUDA graph
-    of back-to-back calls on rotated inputs (``kernelgate.measure.workloads.batched``), per call,
-    references included: the kernels, not the launch path, which ``host_us`` measures
-    on its own. Under the interpreter only the speedup over torch, GB/s and the host's
-    cost are measured (smoke values).
-    """
-    gpu = timing.gpu_timing()
-    impls = variants + (LAYER_NORM_REFERENCES if gpu else [LAYER_NORM_BASELINE])
-    nbytes = case.bytes_moved(direction)
-    rotate = rotations(nbytes)
-    eager = {impl: warmed(layer_norm_workload(case, impl, direction, rotate)) for impl in impls}
-    # Many short loops: their least is the host's cost (timing.least_ratio). The interpreter takes ms a call.
-    loops = dict(calls=10, rounds=50) if gpu else dict(calls=1, rounds=1)
-    # The host ratios are to eager torch's and torch.compile's, the calls a user would otherwise make.
-    host = timing.interleaved_enqueue_us({impl: eager[impl] for impl in impls if impl != "liger"}, **loops)
-    fns = {impl: batched(fn, rotate) for impl, fn in eager.items()}
-    copies = {}  # {metric: (copy, bytes it moves)}: the variant's bandwidth as % of the copy's
-    if gpu:
-        fns["copy"], fns["tensor_copy"] = timing.copy(), batched(tensor_copy_workload(case, rotate), rotate)
-        copies = dict(pct_peak=("copy", 2 * timing.COPY_BYTES), pct_tensor_copy=("tensor_copy", 2 * case.tensor_bytes))
-    t = timing.interleaved_ms(fns)
-    metrics = {}
-    for variant in variants:
-        m = {
-            "speedup_vs_torch": timing.median_ratio(t[LAYER_NORM_BASELINE], t[variant]),
-            "gbps": timing.gbps(nbytes, statistics.median(t[variant])),
-            "host_us": min(host[variant]),
-            "host_vs_torch": timing.least_ratio(host[variant], host[LAYER_NORM_BASELINE]),
-        }
-        if gpu:
-            m["speedup_vs_compile"] = timing.median_ratio(t["torch_compile"], t[variant])
-            m["speedup_vs_liger"] = timing.median_ratio(t["liger"], t[variant])
-            m["host_vs_compile"] = timing.least_ratio(host[variant], host["torch_compile"])
-        for metric, (copy, copied) in copies.items():
-            m[metric] = timing.pct_of_reference(nbytes, copied, t[copy], t[variant])
-        metrics[variant] = m
-    return metrics
+    """Per variant, ``bandwidth.METRICS`` of the case, its references beside it."""
+    return bandwidth_metrics(
+        lambda impl, rotate: layer_norm_workload(case, impl, direction, rotate),
+        variants,
+        case.bytes_moved(direction),
+        lambda rotate: tensor_copy_workload((case.m, case.n), case.torch_dtype, rotate),
+        case.tensor_bytes,
+    )
 
 
 # --- the suite: what the harness drives (kernelgate.suite) ---------------------------------------------
@@ -325,7 +253,7 @@ def timed(shape: str, dtype: str, direction: str, impl: str) -> Callable[[], Non
     """What ``LayerNorm.time_layer_norm`` samples: the device time of one call, replayed from CUDA graphs on
     rotated inputs back to back (timing.sample_clock), so that the host's launch path, which varies between
     processes far more than the kernels do, stays out of the samples the gate compares."""
-    if impl in GPU_ONLY_REFERENCES and not timing.gpu_timing():
+    if impl in bandwidth.GPU_ONLY_REFERENCES and not timing.gpu_timing():
         raise NotImplementedError(f"{impl} is a GPU reference; not run in interpreter smoke mode")
     return timing.back_to_back(timed_layer_norm(sized_for_device(bench_case(shape, dtype)), impl, direction))
 
@@ -338,21 +266,13 @@ def workload(shape: str, dtype: str, direction: str, impl: str) -> Callable[[], 
     return layer_norm_workload(bench_case(shape, dtype), impl, direction)
 
 
-# Rough seconds to measure, to balance shards (both commits). Measuring waits on the device, so a case's
-# seconds grow with the bytes a call moves (LayerNormCase.bytes_moved): a time case 0.21 s + 0.59 s a GB, a
-# metrics unit (its case beside references and copies) 2.3 s + 1.0 s a GB, fitted on an H200 to the seconds
-# the check printed for 247 cases and 121 units (residuals 0.45 s a unit).
-TIME_CASE_S, METRICS_UNIT_S = (0.21, 0.59), (2.3, 1.0)  # seconds, and seconds a GB
-
-
 def seconds(case: Case) -> float | None:
     """None for a case of other parameters than (shape, dtype, direction, implementation): the measured commit's
     suite may declare others. The averages then stand in."""
     if len(case.params) != 4:
         return None
     shape, dtype, direction, _ = case.values
-    fixed, per_gigabyte = TIME_CASE_S if case.kind == "time" else METRICS_UNIT_S
-    return fixed + per_gigabyte * (bench_case(shape, dtype).bytes_moved(direction) / 1e9)
+    return bandwidth.seconds_to_measure(case.kind, bench_case(shape, dtype).bytes_moved(direction))
 
 
 def smoke_label(shape: str, dtype: str, direction: str) -> str:
@@ -360,34 +280,7 @@ def smoke_label(shape: str, dtype: str, direction: str) -> str:
     return f"{ran.m}x{ran.n} {dtype} {direction} (for {shape})"
 
 
-# What the metrics classes track (layer_norm_metrics), in the order the tables show them.
-METRICS = (
-    Metric("speedup_vs_torch", "x", "vs torch", baseline=True),
-    Metric("speedup_vs_compile", "x", "vs compile"),
-    Metric("speedup_vs_liger", "x", "vs Liger"),
-    Metric("gbps", "GB/s", "GB/s"),
-    # Achieved bandwidth over the device's copy bandwidth (a 1 GiB copy, bytes read + written).
-    Metric("pct_peak", "%", "% peak"),
-    # Over that of a copy of one [M, N] tensor of the case into another, timed as the kernels are: near 100
-    # where pct_peak falls short, this size, not the kernel, is why.
-    Metric("pct_tensor_copy", "%", "% tensor copy"),
-    # Host time to enqueue one eager call (checks, launches), alone and over eager torch's and the
-    # torch.compile'd function's, measured alternately in one process; the device time is time_layer_norm.
-    Metric("host_us", "us", "host (us)"),
-    Metric("host_vs_torch", "x", "host ÷ torch"),
-    Metric("host_vs_compile", "x"),
-)
-
-NOTES = """\
-- cases 8192xN at N from 768 to 32768 are the model widths, measured for `auto` alone.
-- vs torch, vs compile, vs Liger: speedup over eager torch, torch.compile and Liger-Kernel = the ratio of their
-  times, measured interleaved in one process.
-- GB/s and % peak: bandwidth achieved on the bytes the case must move, and its % of the device's copy peak (a
-  1 GiB copy), measured interleaved with it.
-- % tensor copy: bandwidth achieved over that of a copy of one [M, N] tensor of the case, timed alike; near 100
-  where % peak falls short, the size, not the kernel, is why.
-- host (us): host time to enqueue one eager call (checks, launches), the least of many short loops;
-  host ÷ torch: that time over eager torch's, measured alternately with it (lower is better)."""
+NOTES = "- cases 8192xN at N from 768 to 32768 are the model widths, measured for `auto` alone.\n" + bandwidth.NOTES
 
 # The benchmark shapes, every variant beside every reference; then ``auto``, what a user calls, at the
 # widths models use.
@@ -396,11 +289,11 @@ SHAPES_GRID = Grid(
     time_method="time_layer_norm",
     params={"shape": shape_names(), "dtype": BENCH_DTYPES, "direction": BENCH_DIRECTIONS},
     variants=LAYER_NORM_VARIANTS,
-    references=LAYER_NORM_REFERENCES,
+    references=bandwidth.REFERENCES,
     variant_name="variant",
     timed=timed,
     measure=measure,
-    metrics=METRICS,
+    metrics=bandwidth.METRICS,
     label="layer_norm",
     open_params={"shape": cli.shape},
 )
@@ -416,7 +309,7 @@ SUITE = Suite(
     title="LayerNorm",
     grids=(SHAPES_GRID, WIDTHS_GRID),
     workload=workload,
-    jit_references=("torch_compile", "liger"),  # eager torch has nothing to compile
+    jit_references=bandwidth.JIT_REFERENCES,
     seconds=seconds,
     smoke_label=smoke_label,
     notes=NOTES,

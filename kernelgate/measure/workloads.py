@@ -112,3 +112,52 @@ def rotations(nbytes: int) -> int:
     clear_l2 = math.ceil(3 * l2 / nbytes)
     placements = min(PLACEMENTS, PLACEMENT_BYTES // nbytes)
     return max(1, min(16, max(clear_l2, placements)))
+
+
+def autograd_workload(
+    sets: list[tuple[tuple[torch.Tensor, ...], torch.Tensor | None]], run: Callable[..., torch.Tensor], direction: str
+) -> Callable[[], object]:
+    """``run(*inputs)`` as a benchmark calls it, cycling through ``sets`` of (inputs, dy): one forward
+    (``fwd``), one backward of a forward run here, once, outside any timed call (``bwd``), or a forward plus its
+    backward (``fwd+bwd``). Each set holds its own tensors, dy included: its own allocation (``rotations``)."""
+    if direction == "bwd":
+        # Autograd runs each backward kernel on its forward's stream. Not the legacy default stream: a CUDA
+        # graph capture (in_cuda_graphs) may not make that one wait on it.
+        with side_stream():
+            saved = itertools.cycle([(inputs, run(*inputs), dy) for inputs, dy in sets])
+
+        def backward():
+            inputs, y, dy = next(saved)
+            return torch.autograd.grad(y, inputs, dy, retain_graph=True)
+
+        return backward
+    cycle = itertools.cycle(sets)
+
+    def forward():
+        inputs, _ = next(cycle)
+        return run(*inputs)
+
+    def forward_backward():
+        inputs, dy = next(cycle)
+        # autograd.grad returns fresh gradients: no accumulation kernels into .grad
+        return torch.autograd.grad(run(*inputs), inputs, dy)
+
+    if direction not in ("fwd", "fwd+bwd"):
+        raise ValueError(f"unknown direction {direction!r}: fwd, bwd or fwd+bwd")
+    return forward_backward if direction == "fwd+bwd" else forward
+
+
+def tensor_copy_workload(shape: tuple[int, ...], dtype: torch.dtype, rotate: int = 1) -> Callable[[], torch.Tensor]:
+    """A device copy of a random tensor of ``shape`` and ``dtype`` into another, cycling through ``rotate`` pairs as
+    a case's workload cycles its input sets: tensors as the allocator places a case's, so the copy meets the
+    memory system as the kernel does at that size."""
+    device = bench_device()
+    pairs = [(torch.randn(shape, device=device, dtype=dtype), torch.empty(shape, device=device, dtype=dtype))
+             for _ in range(rotate)]  # fmt: skip
+    cycle = itertools.cycle(pairs)
+
+    def copy():
+        source, target = next(cycle)
+        return target.copy_(source)
+
+    return copy

@@ -10,9 +10,6 @@ import pytest
 from kernelgate.cases.layer_norm import (
     BENCH_DIRECTIONS,
     BENCH_DTYPES,
-    GPU_ONLY_REFERENCES,
-    LAYER_NORM_BASELINE,
-    LAYER_NORM_REFERENCES,
     LAYER_NORM_VARIANTS,
     bench_case,
     layer_norm_workload,
@@ -20,7 +17,7 @@ from kernelgate.cases.layer_norm import (
     sized_for_device,
     timed_layer_norm,
 )
-from kernelgate.measure import timing
+from kernelgate.measure import bandwidth, timing
 from kernelgate.measure.workloads import in_cuda_graphs, warmed
 
 pytestmark = [
@@ -31,12 +28,12 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("impl", LAYER_NORM_VARIANTS + LAYER_NORM_REFERENCES)
+@pytest.mark.parametrize("impl", LAYER_NORM_VARIANTS + bandwidth.REFERENCES)
 @pytest.mark.parametrize("direction", BENCH_DIRECTIONS)
 @pytest.mark.parametrize("dtype", BENCH_DTYPES)
 @pytest.mark.parametrize("shape", shape_names())
 def test_layer_norm(benchmark, record_perf, shape, dtype, direction, impl):
-    if impl in GPU_ONLY_REFERENCES and not timing.gpu_timing():
+    if impl in bandwidth.GPU_ONLY_REFERENCES and not timing.gpu_timing():
         pytest.skip(f"{impl} is a GPU reference; not run in interpreter smoke mode")
     table_case = bench_case(shape, dtype)
     benchmark.group = f"layer_norm {table_case.name} {direction}"  # named by the table's case, not its smoke size
@@ -45,6 +42,6 @@ def test_layer_norm(benchmark, record_perf, shape, dtype, direction, impl):
     fn = timed_layer_norm(case, impl, direction)
     benchmark(fn)
     baseline = None
-    if impl != LAYER_NORM_BASELINE:
-        baseline = in_cuda_graphs(warmed(layer_norm_workload(case, LAYER_NORM_BASELINE, direction)))
+    if impl != bandwidth.BASELINE:
+        baseline = in_cuda_graphs(warmed(layer_norm_workload(case, bandwidth.BASELINE, direction)))
     record_perf(fn, nbytes=nbytes, baseline=baseline)
