@@ -1,6 +1,7 @@
 """The kernels' suites (kernelgate.cases.SUITES) and what must agree with them, held by tests rather than
 by memory: pr-check.toml's groups, the asv modules, the wheel's packages."""
 
+import ast
 import json
 import subprocess
 import sys
@@ -23,6 +24,60 @@ def test_every_suite_has_the_pr_check_group_of_its_name_and_every_group_a_suite(
     for suite in SUITES:
         assert any(f"^{suite.module}\\." in pattern for pattern in groups[suite.name].benchmarks), suite.name
         assert f"kernelgate/cases/{suite.name}.py" in groups[suite.name].paths, "a kernel's cases select its group"
+
+
+def _project_file(module: str) -> Path | None:
+    """The repository file of one of the project's modules (``kernels/`` installs as ``kernelgate.kernels``)."""
+    if module != "kernelgate" and not module.startswith("kernelgate."):
+        return None
+    parts = module.split(".")[1:]
+    folder = ROOT / ("kernels" if parts[:1] == ["kernels"] else "kernelgate")
+    parts = parts[1:] if parts[:1] == ["kernels"] else parts
+    for path in (folder.joinpath(*parts).with_suffix(".py"), folder.joinpath(*parts, "__init__.py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imported_files(start: list[Path], shared: tuple[str, ...]) -> set[Path]:
+    """The project's files that importing ``start`` runs: their imports followed, the packages' __init__ too,
+    but not out of ``shared`` files (pr-check.toml's ``everything``: the harness and the registry, which import
+    every suite; a change to one selects every group already)."""
+    seen, todo = set(), list(start)
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        if selection.matches(path.relative_to(ROOT).as_posix(), shared):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            for name in names:
+                parts = name.split(".")
+                for i in range(1, len(parts) + 1):  # a module's packages run their __init__ first
+                    found = _project_file(".".join(parts[:i]))
+                    if found is not None:
+                        todo.append(found)
+    return seen
+
+
+def test_a_change_to_any_module_a_kernel_runs_selects_its_group():
+    """Whatever a suite's kernel package, cases module and asv module import, followed through the project's
+    own modules, selects the suite's group when a pull request changes it: its own paths claim it, or
+    ``everything`` does. A kernel that reuses another's module is checked when that module changes."""
+    groups = selection.load(ROOT / "pr-check.toml")
+    for suite in SUITES:
+        start = [*(ROOT / "kernels" / suite.name).rglob("*.py"), ROOT / "kernelgate" / "cases" / f"{suite.name}.py",
+                 ROOT / "benchmarks" / f"{suite.module}.py"]  # fmt: skip
+        for path in sorted(_imported_files(start, groups.everything)):
+            relative = path.relative_to(ROOT).as_posix()
+            chosen = selection.select(groups, [relative]).groups
+            assert suite.name in chosen, f"a change to {relative}, which {suite.name} runs, does not select it"
 
 
 def test_every_asv_module_but_the_devices_is_a_suites_and_every_suite_has_one():

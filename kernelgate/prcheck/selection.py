@@ -89,7 +89,7 @@ def with_additions(base: GroupMap, head: GroupMap) -> GroupMap:
     return dataclasses.replace(base, groups=groups, added=added)
 
 
-def _matches(path: str, globs: tuple[str, ...]) -> bool:
+def matches(path: str, globs: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(path, g) for g in globs)
 
 
@@ -102,15 +102,15 @@ def select(groups: GroupMap, changed: list[str], full: str | None = None) -> Sel
         reasons[name].append("the pull request adds this group")
     for path in changed:
         claimed = [
-            name for name, group in groups.groups.items() if name not in groups.added and _matches(path, group.paths)
+            name for name, group in groups.groups.items() if name not in groups.added and matches(path, group.paths)
         ]
-        if _matches(path, groups.everything):
+        if matches(path, groups.everything):
             why = f"{path} (affects every group)"
         elif claimed:
             for name in claimed:
                 reasons[name].append(path)
             continue
-        elif _matches(path, groups.ignore):
+        elif matches(path, groups.ignore):
             continue
         else:
             why = f"{path} (no group claims it)"
