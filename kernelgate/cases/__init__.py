@@ -5,10 +5,10 @@ only: renaming or removing a case breaks the comparability of past benchmark res
 ``SUITES`` lists every kernel's suite: adding a kernel adds its line.
 """
 
-from kernelgate.cases import attention, layer_norm
+from kernelgate.cases import attention, layer_norm, rms_norm
 from kernelgate.suite import Suite
 
-SUITES: tuple[Suite, ...] = (layer_norm.SUITE, attention.SUITE)
+SUITES: tuple[Suite, ...] = (layer_norm.SUITE, attention.SUITE, rms_norm.SUITE)
 
 
 def suite_of(benchmark: str) -> Suite | None:
