@@ -476,7 +476,7 @@ def _differently_specialized_rows(case: LayerNormCase, device) -> dict[str, torc
 @pytest.mark.parametrize("variant", LAYER_NORM_VARIANTS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_bound_kernels_are_the_ones_triton_dispatches(variant, dtype, cuda_device):
-    """Eager calls launch a compiled kernel bound per launch key (kernels/layer_norm/launch.py), not
+    """Eager calls launch a compiled kernel bound per launch key (kernels/launch.py), not
     through Triton's dispatch. Calls alternating between inputs that Triton specializes apart must
     each run the kernel Triton would pick for them, and compute their LayerNorm; so must backwards of
     one forward whose dy is aligned and not (autograd's backward keys its launches on dy's layout)."""

@@ -1,4 +1,4 @@
-"""kernels/layer_norm/launch.py without a GPU: what a bound kernel hands Triton's launcher."""
+"""kernels/launch.py without a GPU: what a bound kernel hands Triton's launcher."""
 
 import types
 
