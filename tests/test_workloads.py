@@ -8,10 +8,9 @@ import pytest
 import torch
 
 from kernelgate.cases.layer_norm import (
+    LAYER_NORM,
     LayerNormCase,
-    compiled_layer_norm,
-    layer_norm_impl,
-    layer_norm_workload,
+    layer_norm_call,
 )
 from kernelgate.kernels.layer_norm.reference import layer_norm_ref
 from kernelgate.measure import bandwidth
@@ -28,7 +27,7 @@ def _doubling(device):
 def test_graphs_keep_the_workloads_tensors_alive(cuda_device):
     workload, x_alive, y = _doubling(cuda_device)
     replay = in_cuda_graphs(workload)
-    del workload  # as timed_layer_norm drops its workload once captured
+    del workload  # as LAYER_NORM.replayed drops its workload once captured
     gc.collect()
     torch.cuda.empty_cache()  # what the next graph capture does: unmaps freed blocks
     assert x_alive() is not None, "the graph reads x: it must outlive the workload that held it"
@@ -55,7 +54,7 @@ def test_a_timed_case_averages_over_several_placements(cuda_device):
     case = LayerNormCase(4096, 8192, "float16")
     assert rotations(case.bytes_moved("bwd")) == PLACEMENTS
     assert rotations(PLACEMENT_BYTES) == 1
-    backward = layer_norm_workload(case, "auto", "bwd", rotate=PLACEMENTS)
+    backward = LAYER_NORM.workload(case, "auto", "bwd", rotate=PLACEMENTS)
     grads = [backward() for _ in range(PLACEMENTS + 1)]
     dx, db = [g[0] for g in grads], [g[2] for g in grads]
     assert all(not torch.equal(dx[0], g) for g in dx[1:PLACEMENTS]), "each set has its own x and dy"
@@ -81,10 +80,10 @@ def test_the_compiled_baseline_replays_its_backward_after_a_cached_training_comp
     # fwd+bwd case (a self-hosted runner's second run, or asv's processes after kernelgate.measure.warm) must serve it.
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     case = LayerNormCase(8, 40, "float32")
-    layer_norm_workload(case, "torch_compile", "fwd+bwd")()
+    LAYER_NORM.workload(case, "torch_compile", "fwd+bwd")()
     torch._dynamo.reset()  # what a new process starts without; the on-disk cache stays
-    compiled_layer_norm.cache_clear()
-    backward = layer_norm_workload(case, "torch_compile", "bwd")
+    bandwidth.compiled.cache_clear()
+    backward = LAYER_NORM.workload(case, "torch_compile", "bwd")
     grads = [backward() for _ in range(2)]
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
 
@@ -97,7 +96,7 @@ def test_every_reference_computes_the_layer_norm_it_is_compared_with(cuda_device
     case = LayerNormCase(37, 1600, dtype)
     x, w, b = case.make_inputs(cuda_device, requires_grad=True)
     dy = torch.randn_like(x)
-    y = layer_norm_impl(impl)(x, w, b, case.eps)
+    y = layer_norm_call(case, impl)(x, w, b)
     grads = torch.autograd.grad(y, (x, w, b), dy)
     want = layer_norm_ref(x, w, b, case.eps, dy)[:4]
     for name, got, expected in zip(("y", "dx", "dw", "db"), (y, *grads), want, strict=True):

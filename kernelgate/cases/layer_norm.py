@@ -3,25 +3,14 @@ the metrics measured on them, and the suite the harness drives them by (``SUITE`
 """
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable
 
 import torch
 
 from kernelgate import cli
-from kernelgate.asv_case import Case
 from kernelgate.cases.common import DTYPES, FP32_HALF_ULP, Tolerance
-from kernelgate.measure import bandwidth, timing
-from kernelgate.measure.bandwidth import bandwidth_metrics
-from kernelgate.measure.workloads import (
-    autograd_workload,
-    bench_device,
-    in_cuda_graphs,
-    rotations,
-    tensor_copy_workload,
-    warmed,
-)
+from kernelgate.measure import bandwidth
 from kernelgate.suite import Grid, Suite
 
 # Forward output and dx: one rounding to the output dtype after fp32 math.
@@ -170,115 +159,29 @@ def model_width_shape_names() -> list[str]:
     return [f"{MODEL_ROWS}x{n}" for n in MODEL_WIDTHS]
 
 
-# --- workloads: what the benchmarks time -------------------------------------------------------------
-
-
-def sized_for_device(case: LayerNormCase) -> LayerNormCase:
-    """The case itself on a GPU, its tiny smoke stand-in under the interpreter."""
-    return case if torch.cuda.is_available() else case.smoke()
-
-
-@functools.cache
-def compiled_layer_norm():
-    # One process may build every case (python -m kernelgate.measure.metrics, warm-up workers): one
-    # specialization per shape, dtype and grad mode. Past dynamo's default limit of 8 it
-    # would silently run eager torch under the torch_compile name.
-    torch._dynamo.config.recompile_limit = 256
-    # The bwd case replays one backward (retain_graph=True), which a backward compiled with donated
-    # buffers refuses. Which kind a process loads depends on what filled the on-disk cache first (a
-    # training step's compile donates), so after a fwd+bwd case the bwd one failed on a warm cache.
-    torch._functorch.config.donated_buffer = False
-    return torch.compile(torch.nn.functional.layer_norm, dynamic=False)
-
-
-def layer_norm_impl(impl: str) -> Callable:
-    """``(x, weight, bias, eps) -> y`` for a kernel variant or a reference (``bandwidth.REFERENCES``)."""
-    if impl in LAYER_NORM_VARIANTS:
-        from kernelgate import kernels  # here: the harness reads the cases without compiling the kernels
-
-        return lambda x, w, b, eps: kernels.layer_norm(x, x.shape[-1], w, b, eps, variant=impl)
-    if impl == "torch":
-        return lambda x, w, b, eps: torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
-    if impl == "torch_compile":
-        compiled = compiled_layer_norm()
-        return lambda x, w, b, eps: compiled(x, (x.shape[-1],), w, b, eps)
-    if impl == "liger":
-        from liger_kernel.transformers.functional import liger_layer_norm  # the runner's lock pins it
-
-        return liger_layer_norm
-    raise ValueError(f"unknown LayerNorm implementation {impl!r}")
-
-
-def layer_norm_workload(case: LayerNormCase, impl: str, direction: str, rotate: int = 1) -> Callable[[], object]:
-    """One forward (``fwd``), one backward of a saved forward (``bwd``) or a forward plus its backward
-    (``fwd+bwd``) of ``case`` by ``impl``, cycling through ``rotate`` input sets (``workloads.autograd_workload``)."""
-    run_impl = layer_norm_impl(impl)
-    device = bench_device()
-    grads = direction != "fwd"
-    sets = [
-        (
-            case.make_inputs(device, requires_grad=grads),
-            torch.randn(case.m, case.n, device=device, dtype=case.torch_dtype) if grads else None,
-        )
-        for _ in range(rotate)
-    ]
-    return autograd_workload(sets, lambda x, w, b: run_impl(x, w, b, case.eps), direction)
-
-
-def timed_layer_norm(case: LayerNormCase, impl: str, direction: str) -> Callable[[], None]:
-    """What the time_* benchmarks (asv, pytest-benchmark) call back to back: one
-    ``layer_norm_workload`` call replayed from a CUDA graph, on rotated input sets
-    (back-to-back calls leave no room for an L2 flush)."""
-    rotate = rotations(case.bytes_moved(direction))
-    return in_cuda_graphs(warmed(layer_norm_workload(case, impl, direction, rotate)), rotate)
-
-
-def layer_norm_metrics(
-    case: LayerNormCase, direction: str, variants: list[str] = LAYER_NORM_VARIANTS
-) -> dict[str, dict[str, float]]:
-    """Per variant, ``bandwidth.METRICS`` of the case, its references beside it."""
-    return bandwidth_metrics(
-        lambda impl, rotate: layer_norm_workload(case, impl, direction, rotate),
-        variants,
-        case.bytes_moved(direction),
-        lambda rotate: tensor_copy_workload((case.m, case.n), case.torch_dtype, rotate),
-        case.tensor_bytes,
-    )
-
-
 # --- the suite: what the harness drives (kernelgate.suite) ---------------------------------------------
 
 
-def timed(shape: str, dtype: str, direction: str, impl: str) -> Callable[[], None]:
-    """What ``LayerNorm.time_layer_norm`` samples: the device time of one call, replayed from CUDA graphs on
-    rotated inputs back to back (timing.sample_clock), so that the host's launch path, which varies between
-    processes far more than the kernels do, stays out of the samples the gate compares."""
-    if impl in bandwidth.GPU_ONLY_REFERENCES and not timing.gpu_timing():
-        raise NotImplementedError(f"{impl} is a GPU reference; not run in interpreter smoke mode")
-    return timing.back_to_back(timed_layer_norm(sized_for_device(bench_case(shape, dtype)), impl, direction))
+def layer_norm_call(case: LayerNormCase, impl: str) -> Callable[..., torch.Tensor]:
+    """``(x, weight, bias) -> y`` for a kernel variant or a reference (``bandwidth.REFERENCES``)."""
+    eps = case.eps
+    if impl in LAYER_NORM_VARIANTS:
+        from kernelgate import kernels  # here: the harness reads the cases without compiling the kernels
+
+        return lambda x, w, b: kernels.layer_norm(x, x.shape[-1], w, b, eps, variant=impl)
+    if impl == "torch":
+        return lambda x, w, b: torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+    if impl == "torch_compile":
+        compiled = bandwidth.compiled(torch.nn.functional.layer_norm)
+        return lambda x, w, b: compiled(x, (x.shape[-1],), w, b, eps)
+    if impl == "liger":
+        from liger_kernel.transformers.functional import liger_layer_norm  # the runner's lock pins it
+
+        return lambda x, w, b: liger_layer_norm(x, w, b, eps)
+    raise ValueError(f"unknown LayerNorm implementation {impl!r}")
 
 
-def measure(shape: str, dtype: str, direction: str, variants: list[str]) -> dict[str, dict[str, float]]:
-    return layer_norm_metrics(sized_for_device(bench_case(shape, dtype)), direction, variants)
-
-
-def workload(shape: str, dtype: str, direction: str, impl: str) -> Callable[[], object]:
-    return layer_norm_workload(bench_case(shape, dtype), impl, direction)
-
-
-def seconds(case: Case) -> float | None:
-    """None for a case of other parameters than (shape, dtype, direction, implementation): the measured commit's
-    suite may declare others. The averages then stand in."""
-    if len(case.params) != 4:
-        return None
-    shape, dtype, direction, _ = case.values
-    return bandwidth.seconds_to_measure(case.kind, bench_case(shape, dtype).bytes_moved(direction))
-
-
-def smoke_label(shape: str, dtype: str, direction: str) -> str:
-    ran = bench_case(shape, dtype).smoke()
-    return f"{ran.m}x{ran.n} {dtype} {direction} (for {shape})"
-
+LAYER_NORM = bandwidth.RowOp(bench_case, layer_norm_call)
 
 NOTES = "- cases 8192xN at N from 768 to 32768 are the model widths, measured for `auto` alone.\n" + bandwidth.NOTES
 
@@ -291,8 +194,8 @@ SHAPES_GRID = Grid(
     variants=LAYER_NORM_VARIANTS,
     references=bandwidth.REFERENCES,
     variant_name="variant",
-    timed=timed,
-    measure=measure,
+    timed=LAYER_NORM.timed,
+    measure=LAYER_NORM.measure,
     metrics=bandwidth.METRICS,
     label="layer_norm",
     open_params={"shape": cli.shape},
@@ -308,9 +211,9 @@ SUITE = Suite(
     name="layer_norm",
     title="LayerNorm",
     grids=(SHAPES_GRID, WIDTHS_GRID),
-    workload=workload,
+    workload=LAYER_NORM.warm_call,
     jit_references=bandwidth.JIT_REFERENCES,
-    seconds=seconds,
-    smoke_label=smoke_label,
+    seconds=LAYER_NORM.seconds,
+    smoke_label=LAYER_NORM.smoke_label,
     notes=NOTES,
 )

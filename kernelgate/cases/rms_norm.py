@@ -3,25 +3,14 @@ metrics measured on them, and the suite the harness drives them by (``SUITE``).
 """
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable
 
 import torch
 
 from kernelgate import cli
-from kernelgate.asv_case import Case
 from kernelgate.cases.common import DTYPES, Tolerance
-from kernelgate.measure import bandwidth, timing
-from kernelgate.measure.bandwidth import bandwidth_metrics
-from kernelgate.measure.workloads import (
-    autograd_workload,
-    bench_device,
-    in_cuda_graphs,
-    rotations,
-    tensor_copy_workload,
-    warmed,
-)
+from kernelgate.measure import bandwidth
 from kernelgate.suite import Grid, Suite
 
 # y and dx: one rounding to the output dtype after fp32 math (measured against the float64
@@ -165,105 +154,30 @@ def shape_names() -> list[str]:
     return [f"{m}x{n}" for m, n in BENCH_SHAPES]
 
 
-# --- workloads: what the benchmarks time -------------------------------------------------------------
+# --- the suite: what the harness drives (kernelgate.suite) ---------------------------------------------
 
 
-def sized_for_device(case: RMSNormCase) -> RMSNormCase:
-    """The case itself on a GPU, its tiny smoke stand-in under the interpreter."""
-    return case if torch.cuda.is_available() else case.smoke()
-
-
-@functools.cache
-def compiled_rms_norm():
-    # One process builds many cases: one specialization per shape, dtype and grad mode, past dynamo's default
-    # limit of 8, after which it would silently run eager torch under the torch_compile name.
-    torch._dynamo.config.recompile_limit = 256
-    # The bwd case replays one backward (retain_graph=True), which a backward compiled with donated buffers
-    # refuses, and which kind a process loads depends on what filled the on-disk cache first.
-    torch._functorch.config.donated_buffer = False
-    return torch.compile(torch.nn.functional.rms_norm, dynamic=False)
-
-
-def rms_norm_impl(impl: str) -> Callable:
-    """``(x, weight, eps) -> y`` for the kernel (RMS_NORM_VARIANTS) or a reference (``bandwidth.REFERENCES``)."""
+def rms_norm_call(case: RMSNormCase, impl: str) -> Callable[..., torch.Tensor]:
+    """``(x, weight) -> y`` for the kernel (RMS_NORM_VARIANTS) or a reference (``bandwidth.REFERENCES``)."""
+    eps = case.resolved_eps
     if impl in RMS_NORM_VARIANTS:
         from kernelgate import kernels  # here: the harness reads the cases without compiling the kernels
 
-        return lambda x, w, eps: kernels.rms_norm(x, (x.shape[-1],), w, eps)
+        return lambda x, w: kernels.rms_norm(x, (x.shape[-1],), w, eps)
     if impl == "torch":
-        return lambda x, w, eps: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)
+        return lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)
     if impl == "torch_compile":
-        compiled = compiled_rms_norm()
-        return lambda x, w, eps: compiled(x, (x.shape[-1],), w, eps)
+        compiled = bandwidth.compiled(torch.nn.functional.rms_norm)
+        return lambda x, w: compiled(x, (x.shape[-1],), w, eps)
     if impl == "liger":
         from liger_kernel.transformers.functional import liger_rms_norm  # the runner's lock pins it
 
         # Its defaults but in_place: the backward would write dx over dy, which every replay reads again.
-        return lambda x, w, eps: liger_rms_norm(x, w, eps, in_place=False)
+        return lambda x, w: liger_rms_norm(x, w, eps, in_place=False)
     raise ValueError(f"unknown RMSNorm implementation {impl!r}")
 
 
-def rms_norm_workload(case: RMSNormCase, impl: str, direction: str, rotate: int = 1) -> Callable[[], object]:
-    """One forward (``fwd``), one backward of a saved forward (``bwd``) or a forward plus its backward
-    (``fwd+bwd``) of ``case`` by ``impl``, cycling through ``rotate`` input sets (``workloads.autograd_workload``)."""
-    run_impl, eps = rms_norm_impl(impl), case.resolved_eps
-    device = bench_device()
-    grads = direction != "fwd"
-    sets = [
-        (
-            case.make_inputs(device, requires_grad=grads),
-            torch.randn(case.m, case.n, device=device, dtype=case.torch_dtype) if grads else None,
-        )
-        for _ in range(rotate)
-    ]
-    return autograd_workload(sets, lambda x, w: run_impl(x, w, eps), direction)
-
-
-def timed_rms_norm(case: RMSNormCase, impl: str, direction: str) -> Callable[[], None]:
-    """What the time_* benchmarks call back to back: one ``rms_norm_workload`` call replayed from a CUDA graph,
-    on rotated input sets (back-to-back calls leave no room for an L2 flush)."""
-    rotate = rotations(case.bytes_moved(direction))
-    return in_cuda_graphs(warmed(rms_norm_workload(case, impl, direction, rotate)), rotate)
-
-
-# --- the suite: what the harness drives (kernelgate.suite) ---------------------------------------------
-
-
-def timed(shape: str, dtype: str, direction: str, impl: str) -> Callable[[], None]:
-    """What ``RMSNorm.time_rms_norm`` samples: the device time of one call, replayed from CUDA graphs on rotated
-    inputs back to back (timing.sample_clock)."""
-    if impl in bandwidth.GPU_ONLY_REFERENCES and not timing.gpu_timing():
-        raise NotImplementedError(f"{impl} is a GPU reference; not run in interpreter smoke mode")
-    return timing.back_to_back(timed_rms_norm(sized_for_device(bench_case(shape, dtype)), impl, direction))
-
-
-def measure(shape: str, dtype: str, direction: str, variants: list[str]) -> dict[str, dict[str, float]]:
-    case = sized_for_device(bench_case(shape, dtype))
-    return bandwidth_metrics(
-        lambda impl, rotate: rms_norm_workload(case, impl, direction, rotate),
-        variants,
-        case.bytes_moved(direction),
-        lambda rotate: tensor_copy_workload((case.m, case.n), case.torch_dtype, rotate),
-        case.tensor_bytes,
-    )
-
-
-def workload(shape: str, dtype: str, direction: str, impl: str) -> Callable[[], object]:
-    return rms_norm_workload(bench_case(shape, dtype), impl, direction)
-
-
-def seconds(case: Case) -> float | None:
-    """None for a case of other parameters than (shape, dtype, direction, implementation)."""
-    if len(case.params) != 4:
-        return None
-    shape, dtype, direction, _ = case.values
-    return bandwidth.seconds_to_measure(case.kind, bench_case(shape, dtype).bytes_moved(direction))
-
-
-def smoke_label(shape: str, dtype: str, direction: str) -> str:
-    ran = bench_case(shape, dtype).smoke()
-    return f"{ran.m}x{ran.n} {dtype} {direction} (for {shape})"
-
+RMS_NORM = bandwidth.RowOp(bench_case, rms_norm_call)
 
 SUITE = Suite(
     name="rms_norm",
@@ -276,16 +190,16 @@ SUITE = Suite(
             variants=RMS_NORM_VARIANTS,
             references=bandwidth.REFERENCES,
             variant_name="variant",
-            timed=timed,
-            measure=measure,
+            timed=RMS_NORM.timed,
+            measure=RMS_NORM.measure,
             metrics=bandwidth.METRICS,
             label="rms_norm",
             open_params={"shape": cli.shape},
         ),
     ),
-    workload=workload,
+    workload=RMS_NORM.warm_call,
     jit_references=bandwidth.JIT_REFERENCES,
-    seconds=seconds,
-    smoke_label=smoke_label,
+    seconds=RMS_NORM.seconds,
+    smoke_label=RMS_NORM.smoke_label,
     notes="- cases 8192xN at N from 768 to 32768 are the model widths.\n" + bandwidth.NOTES,
 )

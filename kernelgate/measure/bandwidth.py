@@ -1,14 +1,29 @@
-"""The metrics of a memory-bound kernel's case, whose time is the bytes it must move (the norms): its speedup over
-eager torch, torch.compile and Liger-Kernel, the bandwidth it reaches, as GB/s, as % of the device's copy peak and
-as % of a copy at the case's own size, and the host's cost per eager call. A cases module passes its workloads;
-``METRICS`` and ``NOTES`` are the columns of its suite's tables.
+"""A memory-bound kernel on the rows of an [M, N] tensor (the norms), as its suite benchmarks it: its time is the
+bytes it must move. ``RowOp`` gives a suite its workloads, timed samples, metrics, warm-up calls and costs from
+the kernel's cases and calls; the metrics are its speedup over eager torch, torch.compile and Liger-Kernel, the
+bandwidth it reaches, as GB/s, as % of the device's copy peak and as % of a copy at the case's own size, and the
+host's cost per eager call. ``METRICS`` and ``NOTES`` are the columns of its suite's tables.
 """
 
+import dataclasses
+import functools
 import statistics
 from collections.abc import Callable
+from typing import Protocol
 
+import torch
+
+from kernelgate.asv_case import Case
 from kernelgate.measure import timing
-from kernelgate.measure.workloads import batched, rotations, warmed
+from kernelgate.measure.workloads import (
+    autograd_workload,
+    batched,
+    bench_device,
+    in_cuda_graphs,
+    rotations,
+    tensor_copy_workload,
+    warmed,
+)
 from kernelgate.suite import Metric
 
 # The baseline every speedup is against, and the other references: torch.compile (Inductor's generated Triton)
@@ -17,6 +32,96 @@ BASELINE = "torch"
 REFERENCES = ["torch", "torch_compile", "liger"]
 GPU_ONLY_REFERENCES = ["torch_compile", "liger"]  # not run in interpreter smoke mode
 JIT_REFERENCES = ("torch_compile", "liger")  # the references the warm-up compiles (eager torch has nothing to)
+
+
+class RowCase(Protocol):
+    """A benchmark case of a row op (its cases module's dataclass)."""
+
+    m: int
+    n: int
+    torch_dtype: torch.dtype
+    tensor_bytes: int  # of one [M, N] tensor of the case
+
+    def make_inputs(self, device, requires_grad: bool = False) -> tuple[torch.Tensor, ...]: ...
+    def bytes_moved(self, direction: str) -> int: ...
+    def smoke(self) -> "RowCase": ...  # a tiny stand-in for Triton's interpreter
+
+
+@functools.cache
+def compiled(fn: Callable) -> Callable:
+    """``torch.compile(fn)``, one per process, the torch_compile reference of the op ``fn`` computes."""
+    # One process builds many cases (python -m kernelgate.measure.metrics, the warm-up workers): one
+    # specialization per shape, dtype and grad mode, past dynamo's default limit of 8, after which it would
+    # silently run eager torch under the torch_compile name.
+    torch._dynamo.config.recompile_limit = 256
+    # The bwd case replays one backward (retain_graph=True), which a backward compiled with donated buffers
+    # refuses. Which kind a process loads depends on what filled the on-disk cache first (a training step's
+    # compile donates), so after a fwd+bwd case the bwd one failed on a warm cache.
+    torch._functorch.config.donated_buffer = False
+    return torch.compile(fn, dynamic=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowOp:
+    """A row op's suite callables (``kernelgate.suite``) from its cases (``bench_case(shape, dtype)``) and its calls
+    (``call(case, impl)``: ``y = f(*case.make_inputs(...))`` for a variant of this project's or a reference)."""
+
+    bench_case: Callable[[str, str], RowCase]
+    call: Callable[[RowCase, str], Callable[..., torch.Tensor]]
+
+    def workload(self, case: RowCase, impl: str, direction: str, rotate: int = 1) -> Callable[[], object]:
+        """One forward (``fwd``), one backward of a saved forward (``bwd``) or a forward plus its backward
+        (``fwd+bwd``) of ``case`` by ``impl``, cycling through ``rotate`` input sets (``autograd_workload``)."""
+        device, grads = bench_device(), direction != "fwd"
+        dy = lambda: torch.randn(case.m, case.n, device=device, dtype=case.torch_dtype) if grads else None
+        sets = [(case.make_inputs(device, requires_grad=grads), dy()) for _ in range(rotate)]
+        return autograd_workload(sets, self.call(case, impl), direction)
+
+    def replayed(self, case: RowCase, impl: str, direction: str) -> Callable[[], None]:
+        """What the time_* benchmarks (asv, pytest-benchmark) call back to back: one workload call replayed
+        from a CUDA graph, on rotated input sets (back-to-back calls leave no room for an L2 flush)."""
+        rotate = rotations(case.bytes_moved(direction))
+        return in_cuda_graphs(warmed(self.workload(case, impl, direction, rotate)), rotate)
+
+    def sized(self, shape: str, dtype: str) -> RowCase:
+        """The case itself on a GPU, its tiny smoke stand-in under the interpreter."""
+        case = self.bench_case(shape, dtype)
+        return case if torch.cuda.is_available() else case.smoke()
+
+    def timed(self, shape: str, dtype: str, direction: str, impl: str) -> Callable[[], None]:
+        """A time case's sample: the device time of one call, replayed from CUDA graphs on rotated inputs back
+        to back (timing.sample_clock), so that the host's launch path, which varies between processes far more
+        than the kernels do, stays out of the samples the gate compares."""
+        if impl in GPU_ONLY_REFERENCES and not timing.gpu_timing():
+            raise NotImplementedError(f"{impl} is a GPU reference; not run in interpreter smoke mode")
+        return timing.back_to_back(self.replayed(self.sized(shape, dtype), impl, direction))
+
+    def measure(self, shape: str, dtype: str, direction: str, variants: list[str]) -> dict[str, dict[str, float]]:
+        """A metrics case: ``METRICS`` of each variant (``bandwidth_metrics``)."""
+        case = self.sized(shape, dtype)
+        return bandwidth_metrics(
+            lambda impl, rotate: self.workload(case, impl, direction, rotate),
+            variants,
+            case.bytes_moved(direction),
+            lambda rotate: tensor_copy_workload((case.m, case.n), case.torch_dtype, rotate),
+            case.tensor_bytes,
+        )
+
+    def warm_call(self, shape: str, dtype: str, direction: str, impl: str) -> Callable[[], object]:
+        """One call, untimed: what the JIT warm-up runs."""
+        return self.workload(self.bench_case(shape, dtype), impl, direction)
+
+    def seconds(self, case: Case) -> float | None:
+        """A case's seconds to measure; None for one of other parameters than (shape, dtype, direction,
+        implementation), which the measured commit's suite may declare: the averages then stand in."""
+        if len(case.params) != 4:
+            return None
+        shape, dtype, direction, _ = case.values
+        return seconds_to_measure(case.kind, self.bench_case(shape, dtype).bytes_moved(direction))
+
+    def smoke_label(self, shape: str, dtype: str, direction: str) -> str:
+        ran = self.bench_case(shape, dtype).smoke()
+        return f"{ran.m}x{ran.n} {dtype} {direction} (for {shape})"
 
 
 def bandwidth_metrics(

@@ -18,11 +18,9 @@ from kernelgate import cli
 from kernelgate.cases.layer_norm import (
     BENCH_DIRECTIONS,
     BENCH_DTYPES,
+    LAYER_NORM,
     LAYER_NORM_VARIANTS,
-    bench_case,
-    layer_norm_workload,
     shape_names,
-    sized_for_device,
 )
 from kernelgate.kernels.layer_norm.config import tuned_table
 from kernelgate.measure import timing
@@ -43,11 +41,11 @@ def under_table(path: Path, fn: Callable[[], object]) -> Callable[[], object]:
 def compare_case(shape: str, dtype: str, direction: str, variant: str, tables: dict[str, Path], rounds: int) -> dict:
     """{"time_ratio": time under the first table / time under the second, "pct_peak": {table name:
     % of the copy peak}} of one case (the copy only with a GPU)."""
-    case = sized_for_device(bench_case(shape, dtype))
+    case = LAYER_NORM.sized(shape, dtype)
     nbytes = case.bytes_moved(direction)
     rotate = rotations(nbytes)
     fns = {
-        name: batched(warmed(under_table(path, layer_norm_workload(case, variant, direction, rotate))), rotate)
+        name: batched(warmed(under_table(path, LAYER_NORM.workload(case, variant, direction, rotate))), rotate)
         for name, path in tables.items()
     }
     if timing.gpu_timing():

@@ -1,7 +1,7 @@
 """LayerNorm under pytest-benchmark: every case of kernelgate.cases.layer_norm,
 the Triton variants beside eager PyTorch, torch.compile and Liger-Kernel, one group per case.
 
-The asv twin is benchmarks/bench_layer_norm.py; both time timed_layer_norm
+The asv twin is benchmarks/bench_layer_norm.py; both time ``LAYER_NORM.replayed``
 (the call replayed from CUDA graphs: device time, not the launch path).
 """
 
@@ -10,12 +10,10 @@ import pytest
 from kernelgate.cases.layer_norm import (
     BENCH_DIRECTIONS,
     BENCH_DTYPES,
+    LAYER_NORM,
     LAYER_NORM_VARIANTS,
     bench_case,
-    layer_norm_workload,
     shape_names,
-    sized_for_device,
-    timed_layer_norm,
 )
 from kernelgate.measure import bandwidth, timing
 from kernelgate.measure.workloads import in_cuda_graphs, warmed
@@ -37,11 +35,11 @@ def test_layer_norm(benchmark, record_perf, shape, dtype, direction, impl):
         pytest.skip(f"{impl} is a GPU reference; not run in interpreter smoke mode")
     table_case = bench_case(shape, dtype)
     benchmark.group = f"layer_norm {table_case.name} {direction}"  # named by the table's case, not its smoke size
-    case = sized_for_device(table_case)
+    case = LAYER_NORM.sized(shape, dtype)
     nbytes = case.bytes_moved(direction)
-    fn = timed_layer_norm(case, impl, direction)
+    fn = LAYER_NORM.replayed(case, impl, direction)
     benchmark(fn)
     baseline = None
     if impl != bandwidth.BASELINE:
-        baseline = in_cuda_graphs(warmed(layer_norm_workload(case, bandwidth.BASELINE, direction)))
+        baseline = in_cuda_graphs(warmed(LAYER_NORM.workload(case, bandwidth.BASELINE, direction)))
     record_perf(fn, nbytes=nbytes, baseline=baseline)
