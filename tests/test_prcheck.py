@@ -45,9 +45,10 @@ def groups():
 @pytest.mark.parametrize(
     ("changed", "expected"),
     [
-        (["kernels/layer_norm/ops.py"], ("layer_norm",)),
+        (["kernels/layer_norm/ops.py"], ("layer_norm", "rms_norm")),  # the RMSNorm runs the LayerNorm's column sum
+        (["kernels/rms_norm/ops.py", "kernelgate/cases/rms_norm.py"], ("rms_norm",)),
         (["kernels/attention/tilelang_kernels.py", "docs/measuring.md"], ("attention",)),
-        (["kernels/layer_norm/config.py", "kernels/attention/ops.py"], ("layer_norm", "attention")),
+        (["kernels/layer_norm/config.py", "kernels/attention/ops.py"], ("layer_norm", "attention", "rms_norm")),
         (["kernelgate/measure/timing.py"], EVERY_GROUP),  # the harness: everything
         (["kernelgate/suite.py", "kernelgate/cases/common.py", "kernels/launch.py"], EVERY_GROUP),
         (["kernelgate/tune/space.py", "kernelgate/cases/layer_norm.py"], ("layer_norm",)),  # one kernel's own
@@ -109,9 +110,11 @@ def test_the_selection_alone_passes_a_change_that_selects_nothing(history, tmp_p
 
     out = tmp_path / "kernel"
     assert prcheck_main(["select", "--base", docs, "--head", kernel, "--out", str(out)]) == 0
-    assert json.loads((out / "selection.json").read_text())["groups"] == ["layer_norm"]
+    chosen = ["layer_norm", "rms_norm"]  # the RMSNorm runs the LayerNorm's column sum
+    assert json.loads((out / "selection.json").read_text())["groups"] == chosen
     assert not (out / "gate" / "verdict.json").exists(), "a selected group's verdict is the GPU check's"
-    assert check.Plan.load(out).tests == list(selection.load(ROOT / "pr-check.toml").groups["layer_norm"].tests)
+    groups = selection.load(ROOT / "pr-check.toml").groups
+    assert check.Plan.load(out).tests == [test for name in chosen for test in groups[name].tests]
 
 
 @pytest.mark.parametrize("head", ["0" * 40, "base"], ids=["unknown commit", "base itself"])
@@ -269,22 +272,22 @@ def test_the_attention_tests_of_one_kernel_shape_run_on_one_shard():
     assert sum(len(s) for s in shapes) == len(set().union(*shapes)), "no kernel shape on two shards"
 
 
-def test_base_warms_every_case_the_check_times_on_it(groups):
-    """Base's warm-up leaves out the references; every LayerNorm time case the group selects is ours."""
-    from benchmarks import bench_layer_norm
+@pytest.mark.parametrize("suite", SUITES, ids=lambda suite: suite.name)
+def test_base_warms_every_case_the_check_times_on_it(groups, suite):
+    """Base's warm-up leaves out the references; every time case a group selects is this project's."""
     from kernelgate.measure import warm
 
-    patterns = list(groups.groups["layer_norm"].benchmarks)
-    warmed = set(warm.items(("layer_norm",), references=False))
+    patterns = list(groups.groups[suite.name].benchmarks)
+    warmed = set(warm.items((suite.name,), references=False))
     timed = set()
-    for cls in (bench_layer_norm.LayerNorm, bench_layer_norm.LayerNormWidths):
-        name = f"bench_layer_norm.{cls.__name__}.time_layer_norm"
-        for params in itertools.product(*cls.params):
-            case = Case(name, tuple(zip(cls.param_names, map(repr, params), strict=True)))
-            if workers.selected([case], patterns):
-                timed.add(("layer_norm", *params))
+    for grid in suite.grids:
+        name, names = f"{suite.module}.{grid.name}.{grid.time_method}", [*grid.params, "impl"]
+        for params in itertools.product(*grid.params.values(), grid.impls):
+            if workers.selected([Case(name, tuple(zip(names, map(repr, params), strict=True)))], patterns):
+                timed.add((suite.name, *params))
     assert timed and warmed == timed, "base warms what it times, no more"
-    assert len(warm.items(("layer_norm",))) > len(warmed), "head warms the compiled references too"
+    if suite.jit_references:
+        assert len(warm.items((suite.name,))) > len(warmed), "head warms the compiled references too"
 
 
 # --- the worker and the interleaved measurement ----------------------------------------------------
