@@ -7,14 +7,14 @@ widths models use.
 """
 
 from kernelgate.cases.layer_norm import SUITE
-from kernelgate.measure import asv_classes
+from kernelgate.measure import asv_classes, bandwidth
 
 # asv's version of the host-cost benchmarks: results measured another way drop out of their history.
 HOST_ESTIMATOR = "least of 50 loops of 10 calls, each after 10 untimed calls of its own, garbage collector off"
 # The versions asv files each benchmark's history under (kernelgate.measure.asv_classes): the others are the
 # hashes of their source before these classes were generated.
 VERSIONS = {
-    "LayerNorm.time_layer_norm": "2422ec1aade795ac8c2cabf0c4f175b10360e4bf2a105e8424e3690567862b96",
+    "LayerNorm.time_layer_norm": bandwidth.TIME_VERSION,
     "LayerNormMetrics.track_gbps": "62eb4e42ec13bb3823f5acf9a0663a6b85dc27a4d5ad882fa61056e2df0699f0",
     "LayerNormMetrics.track_host_us": HOST_ESTIMATOR,
     "LayerNormMetrics.track_host_vs_compile": HOST_ESTIMATOR,
@@ -24,7 +24,7 @@ VERSIONS = {
     "LayerNormMetrics.track_speedup_vs_compile": "94d3d47e24a333eb09b75c8faa2afa51f4be70396d224c57777186e455c2d398",
     "LayerNormMetrics.track_speedup_vs_liger": "dfb3d74990baf39f9a9d394c60b9ae5172ca95392716ea5b25064fdbf7f24890",
     "LayerNormMetrics.track_speedup_vs_torch": "395e545f21806c5c4f16bd4cfe5ffcb6d3b77bb07da00db9f727ac97b6257dce",
-    "LayerNormWidths.time_layer_norm": "2422ec1aade795ac8c2cabf0c4f175b10360e4bf2a105e8424e3690567862b96",
+    "LayerNormWidths.time_layer_norm": bandwidth.TIME_VERSION,
     "LayerNormWidthsMetrics.track_gbps": "a4322c74a6ee598d32128db7eefec4f9bb8a20a158af55128909795cb6a527ef",
     "LayerNormWidthsMetrics.track_host_us": HOST_ESTIMATOR,
     "LayerNormWidthsMetrics.track_host_vs_compile": HOST_ESTIMATOR,

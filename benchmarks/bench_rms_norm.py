@@ -6,9 +6,9 @@ in one process.
 """
 
 from kernelgate.cases.rms_norm import SUITE
-from kernelgate.measure import asv_classes
+from kernelgate.measure import asv_classes, bandwidth
 
-VERSIONS = {}  # every benchmark at asv_classes' first version
+VERSIONS = {"RMSNorm.time_rms_norm": bandwidth.TIME_VERSION}  # the rest at asv_classes' first version
 
 RMSNorm = asv_classes.time_class(SUITE, "RMSNorm", VERSIONS)
 

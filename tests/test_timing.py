@@ -27,6 +27,31 @@ def test_a_sample_runs_back_to_back_calls_and_the_clock_counts_per_call(monkeypa
         assert 0.002 <= per_call < 0.004
 
 
+def test_a_sample_of_runs_that_make_several_calls_each_counts_every_call(monkeypatch):
+    # A CUDA graph of back-to-back calls says how many calls a replay makes: the sample replays it as
+    # often as makes a sample's calls, and the clock counts per call, not per replay.
+    monkeypatch.setattr(timing, "gpu_timing", lambda: True)
+    monkeypatch.setattr(timing, "sync", lambda: None)
+
+    def graph(per_replay: int, runs: list):
+        def replay():
+            runs.append(1)
+            time.sleep(0.001 * per_replay)
+
+        replay.calls = per_replay
+        return replay
+
+    for per_replay, replays in [(10, 5), (8, 6), (16, 3), (80, 1)]:
+        runs = []
+        replay = graph(per_replay, runs)
+        sample = timing.back_to_back(replay)
+        start = timing.sample_clock()
+        sample()
+        per_call = timing.sample_clock() - start
+        assert len(runs) == replays
+        assert 0.001 <= per_call < 0.002, "the clock counts per call"
+
+
 def test_calls_of_much_work_fill_a_sample_with_fewer_of_them():
     assert timing.sample_calls(0.0) == timing.sample_calls(timing.SAMPLE_TFLOP / timing.SAMPLE_CALLS) == 50
     for tflop in (2.6, 6.9, 100.0):  # a wide varlen batch, 8k + 16k tokens, more than a sample's worth

@@ -200,15 +200,18 @@ _calls_counted = 1  # the calls of the sample built last: what sample_clock coun
 
 
 def back_to_back(fn: Callable[[], object], tflop_per_call: float = 0.0) -> Callable[[], None]:
-    """One asv time_* sample: ``sample_calls(tflop_per_call)`` calls of ``fn`` in a row on a GPU, one
-    in interpreter smoke runs (where a call takes milliseconds). ``sample_clock`` then counts in units
-    of that many calls: asv (and the PR check's worker) sets a case up, then samples it, one at a time."""
+    """One asv time_* sample: ``sample_calls(tflop_per_call)`` calls in a row on a GPU, one run of ``fn``
+    in interpreter smoke runs (where a call takes milliseconds). A run of ``fn`` that makes several calls
+    says how many in ``fn.calls`` (a CUDA graph of back-to-back calls, ``workloads.in_cuda_graphs``): the
+    sample then runs it as often as makes as many calls. ``sample_clock`` counts in units of the calls: asv
+    (and the PR check's worker) sets a case up, then samples it, one at a time."""
     global _calls_counted
-    calls = sample_calls(tflop_per_call) if gpu_timing() else 1
-    _calls_counted = calls
+    per_run = getattr(fn, "calls", 1)
+    runs = max(1, round(sample_calls(tflop_per_call) / per_run)) if gpu_timing() else 1
+    _calls_counted = runs * per_run
 
     def run():
-        for _ in range(calls):
+        for _ in range(runs):
             fn()
 
     return run
