@@ -82,7 +82,9 @@ class Grid:
     references: list[str]  # what the variants are timed beside: the rest of the time class's last parameter, "impl"
     variant_name: str  # the metrics class's name for its last parameter
     timed: Callable[..., Callable[[], object]]  # (*leading, impl) -> what asv times; NotImplementedError: skipped
-    measure: Callable[..., dict[str, dict[str, float]]]  # (*leading, variants=[...]) -> {variant: {metric: value}}
+    # (*leading, variants=[...], metrics={names} or None for all) -> {variant: {metric: value}}; it may measure
+    # more than it is asked for, never less.
+    measure: Callable[..., dict[str, dict[str, float]]]
     metrics: tuple[Metric, ...]
     label: str  # the tables' kernel column: <label>/<variant>
     repeat: tuple[int, int, float] = (10, 20, 1.0)  # asv's (min samples, max samples, seconds) of a time case

@@ -11,7 +11,15 @@ import pytest
 import torch
 
 from kernelgate.cases.layer_norm import SHAPES_GRID, LayerNormCase
-from kernelgate.measure.metrics import SELECTED_ENV, case_key, case_metrics, measure_cases, measure_selected
+from kernelgate.measure import bandwidth, timing
+from kernelgate.measure.metrics import (
+    SELECTED_ENV,
+    TRACKED_ENV,
+    case_key,
+    case_metrics,
+    measure_cases,
+    measure_selected,
+)
 
 
 def test_every_case_is_measured_once_and_read_by_key():
@@ -69,13 +77,73 @@ def test_the_byte_model_counts_each_tensor_read_or_written_once():
 def test_a_metrics_class_measures_each_selected_case_once_with_its_selected_variants(monkeypatch):
     """The PR check asks only for the values its rules bound: no other case or variant is timed."""
     asked = []
-    grid = dataclasses.replace(SHAPES_GRID, measure=lambda *case, variants: asked.append((case, variants)) or {})
+    grid = dataclasses.replace(
+        SHAPES_GRID, measure=lambda *case, variants, metrics: asked.append((case, variants, metrics)) or {}
+    )
     chosen = [["4096x1024", "float32", "bwd", "auto"], ["4096x1024", "float32", "fwd", "two_pass"],
               ["4096x1024", "float32", "fwd", "auto"]]  # fmt: skip
     monkeypatch.setenv(SELECTED_ENV, json.dumps(chosen))
     measured = measure_selected(grid, [*grid.params.values(), grid.variants])
     assert asked == [
-        (("4096x1024", "float32", "bwd"), ["auto"]),
-        (("4096x1024", "float32", "fwd"), ["two_pass", "auto"]),
+        (("4096x1024", "float32", "bwd"), ["auto"], None),
+        (("4096x1024", "float32", "fwd"), ["two_pass", "auto"], None),
     ]
     assert set(measured) == {"4096x1024-float32-bwd", "4096x1024-float32-fwd"}
+
+
+def test_a_case_is_asked_only_for_the_metrics_its_values_are_for(monkeypatch):
+    """Beside the combinations, the worker names the metric each is for: a case is measured for those alone."""
+    asked = {}
+    grid = dataclasses.replace(
+        SHAPES_GRID, measure=lambda *case, variants, metrics: asked.setdefault(case, metrics) and {}
+    )
+    chosen = [["4096x1024", "float32", "fwd", "auto"], ["4096x1024", "float32", "fwd", "two_pass"],
+              ["4096x1024", "float32", "bwd", "auto"], ["4096x1024", "float32", "fwd", "auto"]]  # fmt: skip
+    monkeypatch.setenv(SELECTED_ENV, json.dumps(chosen))
+    monkeypatch.setenv(TRACKED_ENV, json.dumps(["speedup_vs_liger", "speedup_vs_torch", "pct_peak", "pct_peak"]))
+    measure_selected(grid, [*grid.params.values(), grid.variants])
+    assert asked == {
+        ("4096x1024", "float32", "fwd"): {"speedup_vs_liger", "speedup_vs_torch", "pct_peak"},
+        ("4096x1024", "float32", "bwd"): {"pct_peak"},
+    }
+    monkeypatch.setenv(TRACKED_ENV, json.dumps(["pct_peak"]))
+    with pytest.raises(ValueError, match="names 1 metrics for 4 selected combinations"):
+        measure_selected(grid, [*grid.params.values(), grid.variants])
+
+
+@pytest.mark.parametrize(
+    ("wanted", "timed", "host"),
+    [
+        (None, {"v", "torch", "torch_compile", "liger", "copy", "tensor_copy"}, {"v", "torch", "torch_compile"}),
+        ({"speedup_vs_torch"}, {"v", "torch"}, set()),
+        ({"speedup_vs_liger", "pct_peak"}, {"v", "torch", "liger", "copy"}, set()),
+        ({"host_vs_compile"}, {"v", "torch", "torch_compile"}, {"v", "torch", "torch_compile"}),
+        ({"pct_tensor_copy", "host_us"}, {"v", "torch", "tensor_copy"}, {"v", "torch"}),
+    ],
+)
+def test_a_memory_bound_case_times_only_what_its_asked_metrics_need(monkeypatch, wanted, timed, host):
+    """A reference, a copy or the host's cost is measured only where an asked metric reads it; eager torch, the
+    baseline, always is. Every metric asked for is in the answer."""
+    seen = {"timed": set(), "host": set()}
+    monkeypatch.setattr(timing, "gpu_timing", lambda: True)
+    monkeypatch.setattr(bandwidth, "rotations", lambda nbytes: 1)
+    monkeypatch.setattr(bandwidth, "warmed", lambda fn: fn)
+    monkeypatch.setattr(bandwidth, "batched", lambda fn, rotate: fn)
+    monkeypatch.setattr(timing, "copy", lambda: "copy")
+    monkeypatch.setattr(timing, "COPY_BYTES", 1 << 30)
+
+    def interleaved_ms(fns):
+        seen["timed"] = set(fns)
+        return {name: [1.0, 1.0] for name in fns}
+
+    def interleaved_enqueue_us(fns, calls, rounds):
+        seen["host"] = set(fns)
+        return {name: [5.0] for name in fns}
+
+    monkeypatch.setattr(timing, "interleaved_ms", interleaved_ms)
+    monkeypatch.setattr(timing, "interleaved_enqueue_us", interleaved_enqueue_us)
+    measured = bandwidth.bandwidth_metrics(lambda impl, rotate: impl, ["v"], 1 << 20, lambda rotate: "tensor_copy",
+                                           1 << 19, wanted)  # fmt: skip
+    assert seen == {"timed": timed, "host": host}
+    names = {metric.name for metric in bandwidth.METRICS} if wanted is None else wanted
+    assert names <= set(measured["v"]), "every metric asked for is measured"

@@ -325,7 +325,7 @@ def test_interleaved_measurement_of_both_commits(fake_tree, tmp_path):
         assert "setup fails" in records[role]["bench_fake.Broken.time_nothing"]["message"]
         assert records[role]["bench_fake.Loud.time_quiet"]["status"] == "ok", "stray output is not an answer"
     assert "bench_fake.Metrics.track_measured('s1', 'v1')" not in records["base"]
-    # setup_cache was told which combinations the run needs: one shape, not both.
+    # setup_cache was told which combinations the run needs, one shape, not both, and which metric each is for.
     assert records["head"][tracked[0].asv_id] == {**records["head"][tracked[0].asv_id], "status": "ok", "value": 1.0}
 
     machine = {"machine": "h100-test", "gpu": "NVIDIA H100", "gpu_class": "H100", "python": "3.11", "version": 1}

@@ -285,8 +285,8 @@ def timed(config: str, impl: str) -> Callable[[], None]:
     )
 
 
-def measure(config: str, variants: list[str]) -> dict[str, dict[str, float]]:
-    """Every mode, whichever are asked for: each is read beside the others."""
+def measure(config: str, variants: list[str], metrics: set[str] | None = None) -> dict[str, dict[str, float]]:
+    """Every mode and every metric, whichever are asked for: each is read beside the others."""
     return attention_metrics(BENCH_CONFIGS[config], list(ACCUM_MODES))
 
 

@@ -98,8 +98,10 @@ class RowOp:
             raise NotImplementedError(f"{impl} is a GPU reference; not run in interpreter smoke mode")
         return timing.back_to_back(self.replayed(self.sized(shape, dtype), impl, direction))
 
-    def measure(self, shape: str, dtype: str, direction: str, variants: list[str]) -> dict[str, dict[str, float]]:
-        """A metrics case: ``METRICS`` of each variant (``bandwidth_metrics``)."""
+    def measure(
+        self, shape: str, dtype: str, direction: str, variants: list[str], metrics: set[str] | None = None
+    ) -> dict[str, dict[str, float]]:
+        """A metrics case: ``METRICS`` of each variant, or those named (``bandwidth_metrics``)."""
         case = self.sized(shape, dtype)
         return bandwidth_metrics(
             lambda impl, rotate: self.workload(case, impl, direction, rotate),
@@ -107,6 +109,7 @@ class RowOp:
             case.bytes_moved(direction),
             lambda rotate: tensor_copy_workload((case.m, case.n), case.torch_dtype, rotate),
             case.tensor_bytes,
+            metrics,
         )
 
     def warm_call(self, shape: str, dtype: str, direction: str, impl: str) -> Callable[[], object]:
@@ -132,10 +135,13 @@ def bandwidth_metrics(
     nbytes: int,
     tensor_copy: Callable[[int], Callable[[], object]],
     tensor_bytes: int,
+    metrics: set[str] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Per variant, the ``METRICS`` of one case. ``workload(impl, rotate)`` is one call of a variant or a
-    reference cycling through ``rotate`` input sets, ``nbytes`` the fewest bytes a call must move, and
-    ``tensor_copy(rotate)`` a copy of one of the case's ``tensor_bytes`` tensors into another, cycled alike.
+    """Per variant, the ``METRICS`` of one case: all of them, or (``metrics``) those named and what comes free
+    with them. ``workload(impl, rotate)`` is one call of a variant or a reference cycling through ``rotate``
+    input sets, ``nbytes`` the fewest bytes a call must move, and ``tensor_copy(rotate)`` a copy of one of the
+    case's ``tensor_bytes`` tensors into another, cycled alike. A reference, a copy or the host's cost that no
+    named metric needs is not measured: the PR check asks for the values the gate bounds, no more.
 
     Device times are do_bench medians (L2 flushed before every run) of a CUDA graph of back-to-back calls on
     rotated inputs (``workloads.batched``), per call, references included, measured interleaved: the kernels,
@@ -144,35 +150,50 @@ def bandwidth_metrics(
     host's cost are measured (smoke values).
     """
     gpu = timing.gpu_timing()
-    impls = variants + (REFERENCES if gpu else [BASELINE])
+    wanted = {metric.name for metric in METRICS} if metrics is None else set(metrics)
+    # Eager torch, the baseline, is always timed: speedup_vs_torch and gbps come with every case.
+    references = [BASELINE, *(ref for ref, names in REFERENCE_METRICS.items() if gpu and wanted & names)]
+    impls = variants + references
     rotate = rotations(nbytes)
     eager = {impl: warmed(workload(impl, rotate)) for impl in impls}
-    # Many short loops: their least is the host's cost (timing.least_ratio). The interpreter takes ms a call.
-    loops = dict(calls=10, rounds=50) if gpu else dict(calls=1, rounds=1)
-    # The host ratios are to eager torch's and torch.compile's, the calls a user would otherwise make.
-    host = timing.interleaved_enqueue_us({impl: eager[impl] for impl in impls if impl != "liger"}, **loops)
+    host = {}
+    if wanted & HOST_METRICS:
+        # Many short loops: their least is the host's cost (timing.least_ratio). The interpreter takes ms a call.
+        loops = dict(calls=10, rounds=50) if gpu else dict(calls=1, rounds=1)
+        # The host ratios are to eager torch's and torch.compile's, the calls a user would otherwise make.
+        host = timing.interleaved_enqueue_us({impl: eager[impl] for impl in impls if impl != "liger"}, **loops)
     fns = {impl: batched(fn, rotate) for impl, fn in eager.items()}
     copies = {}  # {metric: (copy, bytes it moves)}: the variant's bandwidth as % of the copy's
-    if gpu:
-        fns["copy"], fns["tensor_copy"] = timing.copy(), batched(tensor_copy(rotate), rotate)
-        copies = dict(pct_peak=("copy", 2 * timing.COPY_BYTES), pct_tensor_copy=("tensor_copy", 2 * tensor_bytes))
+    if gpu and "pct_peak" in wanted:
+        fns["copy"], copies["pct_peak"] = timing.copy(), ("copy", 2 * timing.COPY_BYTES)
+    if gpu and "pct_tensor_copy" in wanted:
+        fns["tensor_copy"] = batched(tensor_copy(rotate), rotate)
+        copies["pct_tensor_copy"] = ("tensor_copy", 2 * tensor_bytes)
     t = timing.interleaved_ms(fns)
-    metrics = {}
+    measured = {}
     for variant in variants:
         m = {
             "speedup_vs_torch": timing.median_ratio(t[BASELINE], t[variant]),
             "gbps": timing.gbps(nbytes, statistics.median(t[variant])),
-            "host_us": min(host[variant]),
-            "host_vs_torch": timing.least_ratio(host[variant], host[BASELINE]),
         }
-        if gpu:
+        if host:
+            m["host_us"] = min(host[variant])
+            m["host_vs_torch"] = timing.least_ratio(host[variant], host[BASELINE])
+        if "torch_compile" in t:
             m["speedup_vs_compile"] = timing.median_ratio(t["torch_compile"], t[variant])
-            m["speedup_vs_liger"] = timing.median_ratio(t["liger"], t[variant])
+        if "torch_compile" in host:
             m["host_vs_compile"] = timing.least_ratio(host[variant], host["torch_compile"])
+        if "liger" in t:
+            m["speedup_vs_liger"] = timing.median_ratio(t["liger"], t[variant])
         for metric, (copy, copied) in copies.items():
             m[metric] = timing.pct_of_reference(nbytes, copied, t[copy], t[variant])
-        metrics[variant] = m
-    return metrics
+        measured[variant] = m
+    return measured
+
+
+# The metrics that need a reference timed beside the variants (beyond eager torch), and the host's cost.
+REFERENCE_METRICS = {"torch_compile": {"speedup_vs_compile", "host_vs_compile"}, "liger": {"speedup_vs_liger"}}
+HOST_METRICS = {"host_us", "host_vs_torch", "host_vs_compile"}
 
 
 # The asv version of a row op's time_* benchmarks: how a sample is measured (``RowOp.replayed``). A new way

@@ -27,6 +27,9 @@ from kernelgate.suite import Grid
 # kernelgate.measure.worker, for one metrics class); unset, all of them. A metrics class's setup_cache
 # measures only those.
 SELECTED_ENV = "KERNELGATE_SELECTED_PARAMS"
+# Beside it, a JSON list of the same length: the metric (a track_* benchmark's name less ``track_``) each
+# combination is asked for. Unset, every metric of the grid. A case is measured for the metrics asked of it.
+TRACKED_ENV = "KERNELGATE_TRACKED_METRICS"
 
 
 def selected_params(params: list[list]) -> list[tuple]:
@@ -56,14 +59,31 @@ def measure_cases(measures: dict[str, Callable[[], dict]]) -> dict[str, dict | s
     return results
 
 
+def tracked_metrics(count: int) -> list[str | None]:
+    """The metric each of the ``count`` selected combinations is asked for; None: every metric."""
+    tracked = os.environ.get(TRACKED_ENV)
+    names = json.loads(tracked) if tracked is not None else [None] * count
+    if len(names) != count:
+        raise ValueError(f"{TRACKED_ENV} names {len(names)} metrics for {count} selected combinations")
+    return names
+
+
 def measure_selected(grid: Grid, params: list[list]) -> dict[str, dict | str]:
     """The metrics of a metrics class's selected cases (its ``params``' combinations that ``selected_params``
-    gives): each case (the leading parameters) once, its selected variants side by side."""
+    gives): each case (the leading parameters) once, its selected variants side by side, for the metrics asked
+    of it (``tracked_metrics``; all where any combination asks for every one)."""
     variants: dict[tuple, set] = {}
-    for *case, variant in selected_params(params):
-        variants.setdefault(tuple(case), set()).add(variant)
+    wanted: dict[tuple, set | None] = {}
+    combos = selected_params(params)
+    for (*case, variant), metric in zip(combos, tracked_metrics(len(combos)), strict=True):
+        key = tuple(case)
+        variants.setdefault(key, set()).add(variant)
+        asked = wanted.setdefault(key, set())
+        wanted[key] = None if asked is None or metric is None else {*asked, metric}
     return measure_cases({
-        case_key(*case): functools.partial(grid.measure, *case, variants=[v for v in grid.variants if v in chosen])
+        case_key(*case): functools.partial(
+            grid.measure, *case, variants=[v for v in grid.variants if v in chosen], metrics=wanted[case]
+        )
         for case, chosen in sorted(variants.items())
     })  # fmt: skip
 

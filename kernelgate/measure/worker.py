@@ -14,10 +14,11 @@ request per line on stdin and answers one JSON line on stdout (all else it print
   of the case set up (asv's own timing loop, its timer and ``number``), without re-running setup between
   samples;
 * ``{"op": "teardown"}``;
-* ``{"op": "track", "name": N, "indices": [I, ...], "selected": [[params], ...]}`` -> ``{"values": [...],
-  "errors": [...]}``: the values of a track_* benchmark (None where one failed, and its error beside it), its
-  ``setup_cache`` (once per cache key) told which parameter combinations the run needs through
-  ``KERNELGATE_SELECTED_PARAMS``.
+* ``{"op": "track", "name": N, "indices": [I, ...], "selected": [[params], ...], "tracked": [metric, ...]}`` ->
+  ``{"values": [...], "errors": [...]}``: the values of a track_* benchmark (None where one failed, and its
+  error beside it), its ``setup_cache`` (once per cache key) told which parameter combinations the run needs
+  through ``KERNELGATE_SELECTED_PARAMS``, and which metric each is for through ``KERNELGATE_TRACKED_METRICS``
+  (without ``tracked``: every metric).
 
 A failure that leaves the process's CUDA context unusable adds ``"fatal": REASON`` to its answer: every
 later CUDA call of this process would fail too, so the cases after it need a fresh worker.
@@ -37,6 +38,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 from asv_runner.discovery import get_benchmark_from_name, list_benchmarks
 
 SELECTED_ENV = "KERNELGATE_SELECTED_PARAMS"  # read by kernelgate.measure.metrics.selected_params
+TRACKED_ENV = "KERNELGATE_TRACKED_METRICS"  # read by kernelgate.measure.metrics.tracked_metrics
 # Per sample: one timed run of the benchmark body (its timer counts the calls inside it).
 SAMPLE_ATTRIBUTES = {"number": 1, "warmup_time": 0.02, "min_run_count": 1}
 
@@ -83,12 +85,12 @@ class Worker:
             bench.do_teardown()
         return {}
 
-    def track(self, name: str, indices: list[int], selected: list[list]) -> dict:
+    def track(self, name: str, indices: list[int], selected: list[list], tracked: list[str] | None = None) -> dict:
         values, errors = [], []
         for index in indices:
             bench = get_benchmark_from_name(self.root, f"{name}-{index}")
             try:
-                bench.set_cache(self._cache(bench, selected))
+                bench.set_cache(self._cache(bench, selected, tracked))
                 if bench.do_setup():
                     value = math.nan
                 else:
@@ -126,15 +128,18 @@ class Worker:
                 message += f"\nThe worker stops: {self.broken}\n"
         return message
 
-    def _cache(self, bench, selected: list[list]):
+    def _cache(self, bench, selected: list[list], tracked: list[str] | None):
         if bench.setup_cache_key is None:
             return None
         if bench.setup_cache_key not in self.caches:
             os.environ[SELECTED_ENV] = json.dumps(selected)
+            if tracked is not None:
+                os.environ[TRACKED_ENV] = json.dumps(tracked)
             try:
                 self.caches[bench.setup_cache_key] = bench.do_setup_cache()
             finally:
                 del os.environ[SELECTED_ENV]
+                os.environ.pop(TRACKED_ENV, None)
         return self.caches[bench.setup_cache_key]
 
 

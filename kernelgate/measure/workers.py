@@ -217,9 +217,12 @@ def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str, progr
     by_benchmark: dict[str, list[Case]] = {}
     for case in cases:
         by_benchmark.setdefault(case.benchmark, []).append(case)
-    by_class: dict[str, list[list]] = {}
+    by_class: dict[str, list[list]] = {}  # each value's parameters, and the metric it is for
+    tracked: dict[str, list[str]] = {}
     for case in cases:
-        by_class.setdefault(case.benchmark.rsplit(".", 1)[0], []).append(case.values)
+        owner, method = case.benchmark.rsplit(".", 1)
+        by_class.setdefault(owner, []).append(case.values)
+        tracked.setdefault(owner, []).append(method.removeprefix("track_"))
     lost_classes: dict[str, str] = {}  # a class's values share its setup_cache: one lost, the rest are not asked
     for name, group in by_benchmark.items():
         owner = name.rsplit(".", 1)[0]
@@ -229,7 +232,9 @@ def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str, progr
             if owner in lost_classes:
                 raise CaseLost(f"not measured: a value of {owner} was lost before it ({lost_classes[owner]})")
             indices = [c.index for c in group]
-            reply = worker.ask("track", timeout=timeout, name=name, indices=indices, selected=by_class[owner])
+            reply = worker.ask(
+                "track", timeout=timeout, name=name, indices=indices, selected=by_class[owner], tracked=tracked[owner]
+            )
         except CaseLost as exc:
             lost_classes.setdefault(owner, str(exc).splitlines()[0])
             for case in group:

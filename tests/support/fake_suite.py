@@ -61,9 +61,13 @@ class Metrics:
 
     def setup_cache(self):
         chosen = json.loads(os.environ.get("KERNELGATE_SELECTED_PARAMS", "null"))
-        return {"measured": sorted({tuple(c[:1]) for c in chosen}) if chosen else "all"}
+        tracked = json.loads(os.environ.get("KERNELGATE_TRACKED_METRICS", "null"))
+        told = chosen is None or tracked == ["measured"] * len(chosen)  # the metric each combination is for
+        return {"measured": sorted({tuple(c[:1]) for c in chosen}) if chosen else "all", "told": told}
 
     def track_measured(self, cache, shape, variant):
+        if not cache["told"]:
+            return -2.0
         return float(len(cache["measured"])) if cache["measured"] != "all" else -1.0
 
 
