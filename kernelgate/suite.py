@@ -17,7 +17,8 @@ implementation, a variant or a reference; a metrics case's are the leading ones 
 callable takes them as asv passes them, strings. A callable that raises NotImplementedError skips its case.
 Cases are append only: a renamed case, grid or metric starts a new history.
 
-The LayerNorm's suite is the worked example (``kernelgate/cases/layer_norm.py``)::
+The LayerNorm's suite is the worked example (``kernelgate/cases/layer_norm.py``); ``LAYER_NORM`` is its
+``bandwidth.RowOp``, which builds a memory-bound kernel's callables from its cases and its calls::
 
     SHAPES_GRID = Grid(
         name="LayerNorm",  # the time class; its metrics class is LayerNormMetrics
@@ -26,8 +27,8 @@ The LayerNorm's suite is the worked example (``kernelgate/cases/layer_norm.py``)
         variants=LAYER_NORM_VARIANTS,  # this project's kernels: the metrics class's last parameter
         references=bandwidth.REFERENCES,  # timed beside them: the time class's last parameter is "impl"
         variant_name="variant",
-        timed=timed,  # (shape, dtype, direction, impl) -> the back-to-back sample asv times
-        measure=measure,  # (shape, dtype, direction, variants=[...]) -> {variant: {metric name: value}}
+        timed=LAYER_NORM.timed,  # (shape, dtype, direction, impl) -> the back-to-back sample asv times
+        measure=LAYER_NORM.measure,  # (shape, dtype, direction, variants=[...], metrics=None) -> {variant: {...}}
         metrics=bandwidth.METRICS,  # Metric("gbps", "GB/s", "GB/s"): its name, unit and table column; ...
         label="layer_norm",  # the tables' kernel column: layer_norm/<variant>
         open_params={"shape": cli.shape},  # the metrics command takes any MxN shape
@@ -36,10 +37,10 @@ The LayerNorm's suite is the worked example (``kernelgate/cases/layer_norm.py``)
         name="layer_norm",  # pr-check.toml's group; benchmarks/bench_layer_norm.py
         title="LayerNorm",
         grids=(SHAPES_GRID, WIDTHS_GRID),  # WIDTHS_GRID: dataclasses.replace(SHAPES_GRID, name=..., params=...)
-        workload=workload,  # (shape, dtype, direction, impl) -> one call, untimed: what the warm-up runs
+        workload=LAYER_NORM.warm_call,  # (shape, dtype, direction, impl) -> one call, untimed: the warm-up's
         jit_references=bandwidth.JIT_REFERENCES,  # the references the warm-up compiles too
-        seconds=seconds,  # a case's seconds to measure (shards); None: the averages
-        smoke_label=smoke_label,  # (shape, dtype, direction) -> the tiny case an interpreter run ran instead
+        seconds=LAYER_NORM.seconds,  # a case's seconds to measure (shards); None: the averages
+        smoke_label=LAYER_NORM.smoke_label,  # (shape, dtype, direction) -> the tiny case an interpreter run ran
         notes=NOTES,  # what its tables' columns mean, on the results page
     )
 
