@@ -31,6 +31,13 @@ BASELINE = "torch"
 REFERENCES = ["torch", "torch_compile", "liger"]
 GPU_ONLY_REFERENCES = ["torch_compile", "liger"]  # not run in interpreter smoke mode
 JIT_REFERENCES = ("torch_compile", "liger")  # the references the warm-up compiles (eager torch has nothing to)
+# The metrics that need a reference timed beside the variants (beyond eager torch), and the host's cost.
+REFERENCE_METRICS = {"torch_compile": {"speedup_vs_compile", "host_vs_compile"}, "liger": {"speedup_vs_liger"}}
+HOST_METRICS = {"host_us", "host_vs_torch", "host_vs_compile"}
+
+# The asv version of a row op's time_* benchmarks: how a sample is measured (``RowOp.replayed``). A new way
+# starts a new history.
+TIME_VERSION = "50 calls a sample, replayed as CUDA graphs of back-to-back calls on rotated inputs"
 
 
 class RowCase(Protocol):
@@ -190,15 +197,6 @@ def bandwidth_metrics(
         measured[variant] = m
     return measured
 
-
-# The metrics that need a reference timed beside the variants (beyond eager torch), and the host's cost.
-REFERENCE_METRICS = {"torch_compile": {"speedup_vs_compile", "host_vs_compile"}, "liger": {"speedup_vs_liger"}}
-HOST_METRICS = {"host_us", "host_vs_torch", "host_vs_compile"}
-
-
-# The asv version of a row op's time_* benchmarks: how a sample is measured (``RowOp.replayed``). A new way
-# starts a new history.
-TIME_VERSION = "50 calls a sample, replayed as CUDA graphs of back-to-back calls on rotated inputs"
 
 # Rough seconds to measure a case, to balance shards (both commits). Measuring waits on the device, so a case's
 # seconds grow with the bytes a call moves: a time case 0.21 s + 0.59 s a GB, a metrics unit (its case beside
