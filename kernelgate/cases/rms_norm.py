@@ -179,24 +179,24 @@ def rms_norm_call(case: RMSNormCase, impl: str) -> Callable[..., torch.Tensor]:
 
 RMS_NORM = bandwidth.RowOp(bench_case, rms_norm_call)
 
+GRID = Grid(
+    name="RMSNorm",
+    time_method="time_rms_norm",
+    params={"shape": shape_names(), "dtype": BENCH_DTYPES, "direction": BENCH_DIRECTIONS},
+    variants=RMS_NORM_VARIANTS,
+    references=bandwidth.REFERENCES,
+    variant_name="variant",
+    timed=RMS_NORM.timed,
+    measure=RMS_NORM.measure,
+    metrics=bandwidth.METRICS,
+    label="rms_norm",
+    open_params={"shape": cli.shape},
+)
+
 SUITE = Suite(
     name="rms_norm",
     title="RMSNorm",
-    grids=(
-        Grid(
-            name="RMSNorm",
-            time_method="time_rms_norm",
-            params={"shape": shape_names(), "dtype": BENCH_DTYPES, "direction": BENCH_DIRECTIONS},
-            variants=RMS_NORM_VARIANTS,
-            references=bandwidth.REFERENCES,
-            variant_name="variant",
-            timed=RMS_NORM.timed,
-            measure=RMS_NORM.measure,
-            metrics=bandwidth.METRICS,
-            label="rms_norm",
-            open_params={"shape": cli.shape},
-        ),
-    ),
+    grids=(GRID,),
     workload=RMS_NORM.warm_call,
     jit_references=bandwidth.JIT_REFERENCES,
     seconds=RMS_NORM.seconds,
