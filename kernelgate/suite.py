@@ -70,6 +70,9 @@ class Metric:
     # bound by, which the chart plots); None: asv's history only.
     title: str | None = None
     baseline: bool = False  # the speedup over the kernel's baseline, which the chart plots
+    # The references its value needs timed beside the variants (the warm-up compiles those); None: every one of
+    # the grid's, which its measure times together.
+    references: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1264,9 +1264,10 @@ def test_the_warm_up_runs_both_commits_and_leaves_the_references_to_head(tmp_pat
 
 
 def test_a_shard_warms_the_workloads_of_its_own_cases():
-    """A time case warms its own implementation; a metrics case every implementation of its case (they are
-    measured beside each other); an implementation with nothing to compile, nothing; and a case warms its own
-    kernel's workloads, never another's of the same parameters."""
+    """A time case warms its own implementation; a metrics case every variant of its case and the references
+    its metrics read (measured beside each other; all of them where a metric does not say, as the attention's);
+    an implementation with nothing to compile, nothing; and a case warms its own kernel's workloads, never
+    another's of the same parameters."""
     from kernelgate.measure import warm
 
     todo = warm.items()
@@ -1274,7 +1275,8 @@ def test_a_shard_warms_the_workloads_of_its_own_cases():
     cases = [
         [f"{ln}.time_layer_norm", ["4096x1024", "float32", "fwd", "fused"]],
         [f"{ln}.time_layer_norm", ["4096x1024", "float32", "fwd", "torch"]],  # eager torch: nothing to compile
-        [f"{ln}Metrics.track_gbps", ["8192x8192", "bfloat16", "bwd", "auto"]],
+        [f"{ln}Metrics.track_gbps", ["8192x8192", "bfloat16", "bwd", "auto"]],  # reads no reference
+        [f"{ln}Metrics.track_speedup_vs_liger", ["8192x8192", "bfloat16", "bwd", "two_pass"]],
         [f"{attention}.time_backward", ["gqa8-128-causal", "tma"]],
         [f"{attention}Metrics.track_tflops", ["gqa8-64-full", "elem"]],
         ["bench_device.Device.track_copy_peak", []],  # no kernel's: nothing to compile
@@ -1283,7 +1285,7 @@ def test_a_shard_warms_the_workloads_of_its_own_cases():
         item
         for item in todo
         if item == ("layer_norm", "4096x1024", "float32", "fwd", "fused")
-        or item[:4] == ("layer_norm", "8192x8192", "bfloat16", "bwd")
+        or (item[:4] == ("layer_norm", "8192x8192", "bfloat16", "bwd") and item[-1] != "torch_compile")
         or item == ("attention", "gqa8-128-causal", "tma")
         or item[:2] == ("attention", "gqa8-64-full")
     ]
@@ -1291,7 +1293,6 @@ def test_a_shard_warms_the_workloads_of_its_own_cases():
         "fused",
         "two_pass",
         "auto",
-        "torch_compile",
         "liger",
     }
     assert len({item[-1] for item in warm.for_cases(todo, cases) if item[1] == "gqa8-64-full"}) == 3
@@ -1356,5 +1357,5 @@ def test_a_case_warms_its_own_kernels_workloads_alone():
     from kernelgate.measure import warm
 
     todo = [(kernel, "4096x1024", "float32", "fwd", "torch_compile") for kernel in ("layer_norm", "rms_norm")]
-    cases = [["bench_layer_norm.LayerNormMetrics.track_gbps", ["4096x1024", "float32", "fwd", "auto"]]]
+    cases = [["bench_layer_norm.LayerNormMetrics.track_speedup_vs_compile", ["4096x1024", "float32", "fwd", "auto"]]]
     assert warm.for_cases(todo, cases) == todo[:1]

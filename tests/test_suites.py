@@ -101,6 +101,8 @@ def test_every_suite_names_its_grids_metrics_and_variants_once():
         for grid in suite.grids:
             assert len({m.name for m in grid.metrics}) == len(grid.metrics), grid.name
             assert sum(m.baseline for m in grid.metrics) <= 1, grid.name
+            for metric in grid.metrics:  # what the warm-up compiles for a metric is among what the grid times
+                assert set(metric.references or ()) <= set(grid.references), (grid.name, metric.name)
             assert not set(grid.variants) & set(grid.references), grid.name
             assert set(suite.jit_references) <= {r for g in suite.grids for r in g.references}, suite.name
 

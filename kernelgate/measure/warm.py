@@ -36,15 +36,36 @@ WARM_CASES_ENV = "KERNELGATE_WARM_CASES"
 
 def for_cases(todo: list[tuple], cases: list[tuple[str, list]]) -> list[tuple]:
     """The items of ``todo`` that ``cases`` run. An item is (suite, *parameters, implementation), as a time
-    case's parameters are; a track case measures every implementation of its leading parameters."""
-    timed, measured = set(), set()
+    case's parameters are; a track case measures its leading parameters' variants and the references its
+    metric reads (``Metric.references``; all of them where it does not say)."""
+    timed, measured = set(), {}
     for benchmark, values in cases:
         suite = suite_of(benchmark)
         if suite is not None and Case(benchmark).kind == "time":
             timed.add((suite.name, *values))
         elif suite is not None:
-            measured.add((suite.name, *values[:-1]))
-    return [item for item in todo if item in timed or item[:-1] in measured]
+            key = (suite.name, *values[:-1])
+            read = _references_read(suite, benchmark)
+            known = measured.get(key, set())
+            measured[key] = None if read is None or known is None else known | read
+    return [item for item in todo if item in timed or _measured(measured, item)]
+
+
+def _references_read(suite, benchmark: str) -> set[str] | None:
+    """The references a track benchmark's metric reads; None: every one (or a metric this code does not know)."""
+    owner, method = benchmark.rsplit(".", 2)[1:]
+    grids = {grid.name: grid for grid in suite.grids}
+    grid = grids.get(owner.removesuffix("Metrics"))
+    metric = next((m for m in grid.metrics if f"track_{m.name}" == method), None) if grid else None
+    return None if metric is None or metric.references is None else set(metric.references)
+
+
+def _measured(measured: dict[tuple, set | None], item: tuple) -> bool:
+    """Whether a track case measures ``item``: every variant of its case, and the references its metrics read."""
+    if item[:-1] not in measured:
+        return False
+    read = measured[item[:-1]]
+    return read is None or item[-1] in read or item[-1] not in named(item[0]).jit_references
 
 
 def items(groups: tuple[str, ...] = GROUPS, references: bool = True) -> list[tuple]:
