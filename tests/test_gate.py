@@ -368,7 +368,24 @@ informational = true
     assert table[0].startswith("| **fail** | LayerNorm.time_layer_norm | 4096x5000, float32, fwd, two_pass |")
     (folded,) = [line for line in table if line.startswith("| **warn** | LayerNormMetrics.track_speedup_vs_torch")]
     assert "| 2 cases, worst: 4096x4096, float32, fwd, two_pass | floor |" in folded
-    assert folded.endswith("| 0.750-0.755 | ≥ 2 | a target not reached yet |")
+    assert folded.endswith("| 0.750-0.755 | ≥ 2 | rule R1 |")
+    assert "- **R1**: a target not reached yet" in (gate.out / "report.md").read_text(), "each rule said once"
+
+
+def test_each_rule_the_report_cites_is_said_once_below_the_table(gate):
+    """Rows cite a rule by its label; its why follows the table once, however many rows cite it."""
+    gate.write(head={TWO_PASS_TIME: samples(1.10e-3, "slow")})
+    gate.run()
+    report = (gate.out / "report.md").read_text()
+    rows = [line for line in report.splitlines() if line.startswith("| **")]
+    labels = set(re.findall(r"\brule (R\d+)\b", "\n".join(rows)))
+    assert labels, "the rows cite rules by label"
+    for label in labels:
+        (said,) = [line for line in report.splitlines() if line.startswith(f"- **{label}**: ")]
+        why = said.split(": ", 1)[1]
+        assert why not in "\n".join(rows), "a rule's why is not repeated in the rows"
+    verdict = json.loads((gate.out / "verdict.json").read_text())
+    assert any(f["rule"] and f["rule"] in f["reason"] for f in verdict["findings"]), "verdict.json keeps the whole why"
 
 
 def test_missing_benchmark_and_case(gate):

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import matplotlib
@@ -50,7 +51,8 @@ def markdown(outcome: Outcome) -> str:
         rows = worst_first(list(outcome.findings))
     if not rows:
         return "\n".join(lines)
-    shown = _fold_warnings(rows)
+    cited: dict[str, str] = {}  # a rule's why -> its label in this report, in the order rows first cite it
+    shown = _fold_warnings(rows, cited)
     lines += [
         "| verdict | kernel | case | check | base | head | ratio | limit | why |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -58,7 +60,24 @@ def markdown(outcome: Outcome) -> str:
     ]
     if len(shown) > SHOWN_ROWS:
         lines += ["", f"… and {len(shown) - SHOWN_ROWS} more rows, less severe than those shown, in verdict.json."]
-    return "\n".join([*lines, *_head_rules(outcome), ""])
+    return "\n".join([*lines, *_rules_cited(cited, shown[:SHOWN_ROWS]), *_head_rules(outcome), ""])
+
+
+def _rules_cited(cited: dict[str, str], shown: list[str]) -> list[str]:
+    """Each rule the shown rows cite, its why said once."""
+    used = [(why, label) for why, label in cited.items() if any(re.search(rf"\brule {label}\b", r) for r in shown)]
+    if not used:
+        return []
+    return ["", "Rules cited:", "", *(f"- **{label}**: {why}" for why, label in used)]
+
+
+def _cite(f: Finding, reason: str, cited: dict[str, str]) -> str:
+    """``reason`` with its rule's why (``Finding.rule``) replaced by the rule's label (R1, R2, ... in the order
+    rows first cite them), which ``_rules_cited`` lists once."""
+    if not f.rule or f.rule == "default" or f.rule not in reason:
+        return reason
+    label = cited.setdefault(f.rule, f"R{len(cited) + 1}")
+    return reason.replace(f.rule, f"rule {label}")
 
 
 def _head_rules(outcome: Outcome) -> list[str]:
@@ -75,7 +94,7 @@ def _head_rules(outcome: Outcome) -> list[str]:
     ]
 
 
-def _fold_warnings(rows: list[Finding]) -> list[str]:
+def _fold_warnings(rows: list[Finding], cited: dict[str, str]) -> list[str]:
     """Table rows, worst first. Warnings of one kind on several cases (an informational target not
     reached yet, cases new in head) fold into one row with their count and ratio range, so they
     cannot bury a failure."""
@@ -87,9 +106,9 @@ def _fold_warnings(rows: list[Finding]) -> list[str]:
     for f in rows:
         group = groups[_fold_key(f)] if f.verdict is Verdict.WARN else []
         if len(group) < 2:
-            shown.append(_row(f))
+            shown.append(_row(f, cited))
         elif f is group[0]:  # the worst of its group, since rows are worst first
-            shown.append(_folded_row(group))
+            shown.append(_folded_row(group, cited))
     return shown
 
 
@@ -97,16 +116,17 @@ def _fold_key(f: Finding) -> tuple[str, ...]:
     return f.check, f.benchmark, f.limit, f.rule or f.reason
 
 
-def _row(f: Finding) -> str:
-    return _table_row(f, f"**{f.verdict.value}**", f.case, "" if f.ratio is None else f"{f.ratio:.3f}", f.reason)
+def _row(f: Finding, cited: dict[str, str]) -> str:
+    ratio = "" if f.ratio is None else f"{f.ratio:.3f}"
+    return _table_row(f, f"**{f.verdict.value}**", f.case, ratio, _cite(f, f.reason, cited))
 
 
-def _folded_row(group: list[Finding]) -> str:
+def _folded_row(group: list[Finding], cited: dict[str, str]) -> str:
     worst = group[0]
     ratios = [f.ratio for f in group if f.ratio is not None]
     ratio = f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else ""
     case = f"{len(group)} cases, worst: {worst.case}"
-    return _table_row(worst, f"**{worst.verdict.value}**", case, ratio, _fold_key(worst)[-1])
+    return _table_row(worst, f"**{worst.verdict.value}**", case, ratio, _cite(worst, _fold_key(worst)[-1], cited))
 
 
 def _table_row(f: Finding, verdict: str, case: str, ratio: str, why: str) -> str:
