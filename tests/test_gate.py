@@ -28,6 +28,7 @@ from asv.runner import BenchmarkResult
 
 from kernelgate.asv_case import Case
 from kernelgate.gate import noise
+from kernelgate.gate import report as report_module
 from kernelgate.gate.__main__ import main
 from kernelgate.gate.asv_results import IDENTITY
 from kernelgate.gate.confirm import remeasure
@@ -370,6 +371,32 @@ informational = true
     assert "| 2 cases, worst: 4096x4096, float32, fwd, two_pass | floor |" in folded
     assert folded.endswith("| 0.750-0.755 | ≥ 2 | rule R1 |")
     assert "- **R1**: a target not reached yet" in (gate.out / "report.md").read_text(), "each rule said once"
+
+
+def test_the_report_charts_the_slowest_compared_cases_against_their_limits(gate):
+    """A Mermaid chart (GitHub renders it in the comment): the slowest compared time cases' head/base ratios as
+    bars, worst first, each case's limit as the line."""
+    gate.write(head={TWO_PASS_TIME: samples(1.10e-3, "slow")})
+    gate.run()
+    report = (gate.out / "report.md").read_text()
+    chart = report.split("```mermaid\n", 1)[1].split("```", 1)[0].splitlines()
+    assert chart[0] == "xychart-beta horizontal"
+    labels = re.findall(r'"([^"]*)"', next(line for line in chart if line.strip().startswith("x-axis")))
+    bars = [float(v) for v in re.search(r"bar \[(.*)\]", "\n".join(chart)).group(1).split(", ")]
+    limits = [float(v) for v in re.search(r"line \[(.*)\]", "\n".join(chart)).group(1).split(", ")]
+    verdict = json.loads((gate.out / "verdict.json").read_text())
+    compared = sorted((f for f in verdict["findings"] if f["check"] == "slowdown" and f["base"] is not None),
+                      key=lambda f: f["ratio"], reverse=True)  # fmt: skip
+    assert len(labels) == len(bars) == len(limits) == min(len(compared), report_module.CHART_CASES)
+    assert bars == [round(f["ratio"], 3) for f in compared[: len(bars)]], "worst first"
+    assert labels[0] == "LayerNorm 4096x5000, float32, fwd, two_pass", "the failing case first"
+    assert bars[0] > limits[0] > 1 and all(bar <= limit for bar, limit in zip(bars[1:], limits[1:], strict=True))
+
+
+def test_a_report_that_compared_nothing_has_no_chart(gate):
+    gate.write(head={})
+    code, _ = gate.run(thresholds="this is not TOML")
+    assert code == 2 and "```mermaid" not in (gate.out / "report.md").read_text()
 
 
 def test_each_rule_the_report_cites_is_said_once_below_the_table(gate):

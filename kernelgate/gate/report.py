@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 from kernelgate.gate.findings import Finding, Outcome, Verdict, human, worst_first
 
 SHOWN_ROWS = 60  # keeps a PR comment readable and under GitHub's 65536 characters; verdict.json has every row
+CHART_CASES = 12  # the slowest compared cases the comment's chart shows
 COLORS = {Verdict.FAIL: "tab:red", Verdict.WARN: "tab:orange", Verdict.CLEARED: "tab:blue", Verdict.PASS: "tab:green"}
 
 
@@ -60,7 +61,32 @@ def markdown(outcome: Outcome) -> str:
     ]
     if len(shown) > SHOWN_ROWS:
         lines += ["", f"… and {len(shown) - SHOWN_ROWS} more rows, less severe than those shown, in verdict.json."]
-    return "\n".join([*lines, *_rules_cited(cited, shown[:SHOWN_ROWS]), *_head_rules(outcome), ""])
+    chart = _ratio_chart(rows)
+    return "\n".join([*lines, *_rules_cited(cited, shown[:SHOWN_ROWS]), *chart, *_head_rules(outcome), ""])
+
+
+def _ratio_chart(rows: list[Finding]) -> list[str]:
+    """The slowest compared time cases' head/base ratios (bars) and their limits (line), as a Mermaid chart,
+    which GitHub renders in the comment itself."""
+    compared = sorted((f for f in rows if f.check == "slowdown" and f.base is not None and f.ratio is not None),
+                      key=lambda f: f.ratio, reverse=True)[:CHART_CASES]  # fmt: skip
+    if not compared:
+        return []
+    labels = [f"{f.benchmark.split('.')[1]} {f.case}".replace('"', "")[:48] for f in compared]
+    limits = [f.ratio / f.badness for f in compared]
+    values = [f.ratio for f in compared] + limits
+    low, high = min(1.0, *values) - 0.01, max(values) + 0.01
+    return [
+        "",
+        "```mermaid",
+        "xychart-beta horizontal",
+        f'    title "head / base, the {len(compared)} slowest cases compared (line: each limit)"',
+        "    x-axis [" + ", ".join(f'"{label}"' for label in labels) + "]",
+        f'    y-axis "head / base" {low:.2f} --> {high:.2f}',
+        "    bar [" + ", ".join(f"{f.ratio:.3f}" for f in compared) + "]",
+        "    line [" + ", ".join(f"{limit:.3f}" for limit in limits) + "]",
+        "```",
+    ]
 
 
 def _rules_cited(cited: dict[str, str], shown: list[str]) -> list[str]:
