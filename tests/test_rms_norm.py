@@ -14,8 +14,14 @@ from kernelgate.accuracy import errors
 from kernelgate.cases.rms_norm import CORRECTNESS_CASES, MODEL_WIDTHS, RMSNormCase, interpreted
 from kernelgate.kernels.device import interpreter_mode
 from kernelgate.kernels.layer_norm.ops import _sms, column_sum_launch
-from kernelgate.kernels.rms_norm.config import BWD_REGISTER_LANES, FWD_REGISTER_LANES, heuristic_config
-from kernelgate.kernels.rms_norm.ops import backward_launch, default_eps, rms_norm_bwd, rms_norm_fwd
+from kernelgate.kernels.rms_norm.config import (
+    BWD_REGISTER_LANES,
+    FWD_REGISTER_LANES,
+    MAX_ROW_SLICES,
+    ROW_SLICES_MIN_N,
+    heuristic_config,
+)
+from kernelgate.kernels.rms_norm.ops import backward_launch, default_eps, groups_of, rms_norm_bwd, rms_norm_fwd
 from kernelgate.kernels.rms_norm.reference import rms_norm_ref
 
 pytestmark = pytest.mark.kernel
@@ -62,13 +68,19 @@ def test_kernels_match_float64_reference(case, kernel_device):
 
 def test_the_kernel_follows_the_row_width():
     """One pass with the row in registers up to FWD_REGISTER_LANES (forward) and BWD_REGISTER_LANES
-    (backward) lanes, looped past them: the correctness cases cover both sides of each bound."""
+    (backward) lanes, looped past them, but for backward rows from ROW_SLICES_MIN_N columns to
+    MAX_ROW_SLICES slices of BWD_REGISTER_LANES: the correctness cases cover both sides of each bound."""
+    widest_sliced = MAX_ROW_SLICES * BWD_REGISTER_LANES
     for dtype in (torch.float32, torch.bfloat16):
         for direction, lanes in (("fwd", FWD_REGISTER_LANES), ("bwd", BWD_REGISTER_LANES)):
             assert not heuristic_config(direction, dtype, lanes).looped(lanes)
             assert heuristic_config(direction, dtype, lanes + 1).looped(lanes + 1)
+        for n, slices in ((ROW_SLICES_MIN_N - 1, 1), (ROW_SLICES_MIN_N, 2), (widest_sliced, 4), (widest_sliced + 1, 1)):
+            cfg = heuristic_config("bwd", dtype, n)
+            assert (cfg.row_slices, cfg.looped(n)) == (slices, slices == 1), f"{n}: {cfg}"
     widths = {case.n for case in CORRECTNESS_CASES}
-    assert {FWD_REGISTER_LANES, FWD_REGISTER_LANES + 1, BWD_REGISTER_LANES - 1, BWD_REGISTER_LANES + 1} <= widths
+    bounds = {FWD_REGISTER_LANES, FWD_REGISTER_LANES + 1, BWD_REGISTER_LANES - 1, BWD_REGISTER_LANES + 1}
+    assert bounds | {ROW_SLICES_MIN_N - 1, ROW_SLICES_MIN_N, widest_sliced, widest_sliced + 1} <= widths
 
 
 def _looped(direction: str, dtype: torch.dtype, n: int, chunk: int, block_m: int, num_stages: int = 1):
@@ -113,9 +125,83 @@ def test_backward_writes_every_partial_sum_before_reading_it(looped, kernel_devi
     partial.fill_(float("nan"))
     launch()
     dw = torch.full_like(w, float("nan"))
-    column_sum_launch(partial, launch.grid[0], [dw])()
+    column_sum_launch(partial, groups_of(launch), [dw])()
     _, dx_ref, dw_ref, _ = rms_norm_ref(x, w, case.resolved_eps, dy)
     _assert_matches_reference(case, {"dx": (dx, dx_ref), "dw": (dw, dw_ref)})
+
+
+@pytest.mark.parametrize(("n", "slices"), [(12288, 2), (20000, 3), (32768, 4)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("m", [1001, 3])
+def test_backward_in_row_slices(m, dtype, n, slices, cuda_device):
+    """Rows in slices of one program each, which exchange their row sums: 20000 pads the exchange to four
+    words. Large means, an odd M (3: one row a group), outputs poisoned with NaN; two runs give the same
+    bits, and so do the slices without the prefetch or the late finish, which change no arithmetic."""
+    case = RMSNormCase(m, n, dtype, offset=1e3)
+    x, w = case.make_inputs(cuda_device)
+    dy = torch.randn_like(x)
+    _, rstd = rms_norm_fwd(x, w, case.resolved_eps)
+    cfg = heuristic_config("bwd", case.torch_dtype, n)
+    launch, _ = backward_launch(dy, x, w, rstd, torch.empty_like(x), cfg)
+    assert launch.constexprs["SLICES"] == slices and launch.cooperative
+    assert launch.constexprs["FINISH_LATE"] == (dtype == "bfloat16")
+    aligned = n * x.element_size() % 16 == 0  # a bulk prefetch takes whole 16-byte units
+    assert launch.arguments["prefetch_rows"] == (2 * groups_of(launch) if aligned else 0)
+
+    def backward(cfg):
+        return rms_norm_bwd(dy, x, w, rstd, out=_poisoned(x, w), cfg=cfg)
+
+    plain = dataclasses.replace(cfg, prefetch_steps=0, finish_late=False)
+    grads, again, other = backward(cfg), backward(cfg), backward(plain)
+    for name, got, repeated, otherwise in zip(("dx", "dw"), grads, again, other, strict=True):
+        assert torch.equal(got, repeated), f"{name} differs between two runs"
+        assert torch.equal(got, otherwise), f"{name} differs with {plain}"
+    _, dx_ref, dw_ref, _ = rms_norm_ref(x, w, case.resolved_eps, dy)
+    _assert_matches_reference(case, {"dx": (grads[0], dx_ref), "dw": (grads[1], dw_ref)})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_row_slices_without_a_weight(dtype, cuda_device):
+    """Without a weight the buffer holds the slices' words alone, and no column sum follows."""
+    case = RMSNormCase(37, 16384, dtype)
+    assert heuristic_config("bwd", case.torch_dtype, case.n).row_slices == 2
+    _assert_matches_reference(case, _run(case, cuda_device, weight=False))
+
+
+def test_row_slices_pass_nan_on_like_torch(cuda_device):
+    """A NaN in one slice of a row makes that row's dx NaN in every slice, as torch's does; no slice waits
+    for a sum that NaN kept from being published."""
+    x = torch.randn(5, 20000, device=cuda_device, requires_grad=True)
+    w = torch.randn(20000, device=cuda_device, requires_grad=True)
+    with torch.no_grad():
+        x[2, 15000] = float("nan")
+    dy = torch.randn_like(x)
+    kernels.rms_norm(x, 20000, w).backward(dy)
+    ours = x.grad.clone()
+    x.grad = None
+    torch.nn.functional.rms_norm(x, (20000,), w).backward(dy)
+    assert torch.equal(ours.isnan(), x.grad.isnan())
+
+
+def test_row_slices_run_whole_in_the_interpreter(kernel_device):
+    """On a GPU a row of 16384 is split over two programs; Triton's interpreter runs programs one after
+    another, so there the row is one program's (slices would wait for each other forever)."""
+    x = torch.empty(3, 16384, device=kernel_device)
+    launch, _ = backward_launch(x, x, None, torch.empty(3, device=kernel_device), x)
+    assert launch.constexprs.get("SLICES", 1) == (1 if interpreter_mode() else 2)
+    assert launch.constexprs["BLOCK_N"] == (16384 if interpreter_mode() else 8192)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [dict(block_m=2), dict(programs_per_sm=2), dict(row_slices=5), dict(row_slices=3), dict(block_n=4096)],
+    ids=["two rows a step", "two programs an SM", "five slices", "an empty slice", "a row past its slices"],
+)
+def test_row_slices_are_refused_where_they_cannot_run(change):
+    x = torch.empty(3, 16384, device="meta")
+    cfg = dataclasses.replace(heuristic_config("bwd", torch.float32, 16384), **change)
+    with pytest.raises(ValueError, match="slices"):
+        backward_launch(x, x, None, torch.empty(3, device="meta"), x, cfg)
 
 
 def test_inference_forward_is_the_training_forward_without_rstd(kernel_device):

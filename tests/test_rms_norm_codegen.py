@@ -18,7 +18,7 @@ from kernelgate.cases.rms_norm import MODEL_WIDTHS
 from kernelgate.kernels.device import interpreter_mode
 from kernelgate.kernels.layer_norm.ops import column_sum_launch
 from kernelgate.kernels.rms_norm.config import MAX_SHARED_BYTES, RMSNormConfig, heuristic_config
-from kernelgate.kernels.rms_norm.ops import backward_launch, forward_launch
+from kernelgate.kernels.rms_norm.ops import backward_launch, forward_launch, groups_of
 from kernelgate.tune.compile import spill_stores
 
 # One xdist worker compiles this module's kernels once (functools.cache, a disk cache per process).
@@ -40,7 +40,7 @@ def _meta_launch(direction: str, m: int, n: int, dt: torch.dtype, cfg: RMSNormCo
     if direction in ("fwd", "inference"):
         return forward_launch(x, w, 1e-6, x, rstd if direction == "fwd" else None, cfg)
     launch, partial = backward_launch(x, x, w, rstd, x, cfg)
-    return column_sum_launch(partial, launch.grid[0], [w]) if direction == "column_sum" else launch
+    return column_sum_launch(partial, groups_of(launch), [w]) if direction == "column_sum" else launch
 
 
 def _config(direction: str, n: int, dtype: str) -> RMSNormConfig:
@@ -153,3 +153,23 @@ def test_pipelined_backward_loads_ahead_through_shared_memory(dtype):
             code, usage, _ = _compiled("bwd", 4096, n, dtype, cfg)
             assert ("LDGSTS.E.BYPASS.128" in code) == async_copies, f"{n} num_stages={stages}"
             _assert_no_spills(code, usage, str(cfg))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "n", "slices"), [("bfloat16", 12288, 2), ("bfloat16", 20480, 3), ("float32", 32768, 4)]
+)
+def test_row_slices_exchange_their_sums_without_a_fence(dtype, n, slices):
+    # A slice publishes its row sum in one 64-bit store and waits on 128-bit polls of the row's words (the
+    # LayerNorm's exchange): no fence, no atomic, no barrier around them, and the row loop still loads ahead.
+    # A 16-bit row finishes a step late, so each appears twice: in the loop, and before it (publish) or after
+    # it (wait). Each loop prefetches its slice of x and dy (one bulk prefetch each).
+    code, usage, cfg = _compiled("bwd", 8192, n, dtype)
+    assert cfg.row_slices == slices
+    _assert_no_spills(code, usage, str(cfg))
+    _assert_128_bit_rows(code, cfg, str(cfg))
+    ops = _opcodes(code)
+    stores, polls = ops.count("STG.E.64.STRONG.GPU"), ops.count("LDG.E.128.STRONG.SYS")
+    sites = 2 if dtype == "bfloat16" else 1
+    assert (stores, polls) == (sites * (2 if slices == 3 else 1), sites * (1 if slices == 2 else 2)), (stores, polls)
+    assert not [op for op in ops if op.startswith(("MEMBAR", "FENCE", "ATOM", "RED"))]
+    assert ops.count("UBLKPF.L2") == 2

@@ -1,8 +1,9 @@
 """Launch configurations for the RMSNorm kernels: one frozen dataclass and one heuristic.
 
 The kernel a launch runs follows from its configuration: a tile that covers the row
-(``block_n >= N``) runs the one-pass kernel, which holds the row in registers; a narrower one
-runs the looped kernel, which walks the row in ``block_n`` chunks twice. There is no tuned table
+(``block_n >= N``) runs the one-pass kernel, which holds the row in registers; a backward of
+``row_slices`` > 1 splits the row over that many programs of ``block_n`` columns; any other
+narrower tile runs the looped kernel, which walks the row in ``block_n`` chunks twice. There is no tuned table
 yet: every launch takes ``heuristic_config``, whose rules rest on sweeps of these kernels on an H200
 where they were measured, and on the LayerNorm's rules for its kernels of the same shape elsewhere
 (docs/kernels/rms-norm.md says which).
@@ -14,7 +15,7 @@ import functools
 import torch
 
 # Host-side integer helpers and the shared-memory budget of a pipelined loop, as the LayerNorm's launchers use them.
-from kernelgate.kernels.layer_norm.config import PIPELINE_MAX_BYTES, next_power_of_2, prev_power_of_2
+from kernelgate.kernels.layer_norm.config import PIPELINE_MAX_BYTES, cdiv, next_power_of_2, prev_power_of_2
 
 # The forward holds a row of x (and w) in registers up to this many lanes: fp32 at 32 warps is
 # 32 values a thread, in the 64 registers a 1024-thread program gets (the LayerNorm's bound, where
@@ -24,6 +25,11 @@ FWD_REGISTER_LANES = 32768
 # 16384 spills on sm_90 at 16 and at 32 warps (32-53 stores to local memory), as the LayerNorm's fused
 # backward's does. Wider rows loop.
 BWD_REGISTER_LANES = 8192
+# Wider backward rows, from ROW_SLICES_MIN_N columns (where they fill three quarters of their slices' lanes) up to
+# MAX_ROW_SLICES slices, split over programs of BWD_REGISTER_LANES columns each (the LayerNorm's row slices):
+# still read once. Narrower and wider rows loop.
+ROW_SLICES_MIN_N = 12288
+MAX_ROW_SLICES = 4
 
 # Rows per program: short rows are packed until a program holds about this many elements.
 PROGRAM_ELEMENTS = 4096
@@ -60,10 +66,19 @@ class RMSNormConfig:
     # steps each (the LayerNorm's balanced grid: 2048 row blocks on 132 SMs as 128 programs of 16 steps).
     programs_per_sm: int = 1
     num_stages: int = 1  # backward: > 1 loads the next steps' x and dy (cp.async) during this one's math
+    # Backward: > 1 splits each row over this many programs of block_n columns, one row a step, one program an
+    # SM; they exchange their row sums (2 to MAX_ROW_SLICES).
+    row_slices: int = 1
+    # Row slices: a step publishes its row's sum and then finishes the previous row, rather than waiting for
+    # the other slices' sums right after publishing its own.
+    finish_late: bool = False
+    # Row slices (sm_90+, 16-byte aligned rows): each step pulls its slice of x and dy this many of its
+    # group's steps ahead into L2 (0: no prefetch).
+    prefetch_steps: int = 0
 
     def looped(self, n: int) -> bool:
         """Whether a launch on rows of ``n`` walks them in chunks (the looped kernels)."""
-        return self.block_n < n
+        return self.block_n < n and self.row_slices == 1
 
 
 def _warps(elements: int, per_thread: int) -> int:
@@ -88,6 +103,12 @@ def _heuristic_config(direction: str, dtype: torch.dtype, n: int) -> RMSNormConf
         if lanes > 16384:  # 16-bit: 64 values a thread in 128 registers; fp32 32 in 64
             warps = 32 if size == 4 else 16
         return RMSNormConfig(block_m, lanes, warps)
+    if ROW_SLICES_MIN_N <= n <= MAX_ROW_SLICES * BWD_REGISTER_LANES:
+        # Slices of 8192 lanes on 8 warps, three stages, each step prefetching its slice two steps ahead; 16-bit
+        # slices, whose fixed costs weigh more per byte, finish each row a step late (fp32's late finish takes
+        # 256 KiB of shared memory). docs/kernels/rms-norm.md gives the sweep behind each choice.
+        return RMSNormConfig(1, BWD_REGISTER_LANES, 8, num_stages=3, row_slices=cdiv(n, BWD_REGISTER_LANES),
+                             finish_late=size < 4, prefetch_steps=2)  # fmt: skip
     if lanes > BWD_REGISTER_LANES:
         block_m, chunk = LOOPED_BWD_TILE[size]
         programs = 2 if size < 4 else 1  # fp32's pipeline leaves room for one program an SM

@@ -2,7 +2,8 @@
 
 ``rms_norm`` normalizes over the trailing ``normalized_shape`` dimensions of an input of any
 leading shape, with ``torch.nn.functional.rms_norm``'s signature and defaults. The launch
-configuration (``config.heuristic_config``) picks the kernel: the row in registers, or looped.
+configuration (``config.heuristic_config``) picks the kernel: the row in registers, in row slices
+(backward), or looped.
 """
 
 import math
@@ -11,16 +12,26 @@ from collections.abc import Sequence
 import torch
 from torch.autograd.function import once_differentiable
 
+from kernelgate.kernels.device import interpreter_mode
 from kernelgate.kernels.launch import Launch
-from kernelgate.kernels.layer_norm.config import cdiv, persistent_programs
+from kernelgate.kernels.layer_norm.config import cdiv, next_power_of_2, persistent_programs
 
 # Launch helpers the LayerNorm's launchers use: rows as a 2-D view, the 16-byte vector width of a launch's
-# tensors, programmatic dependent launch on sm_90+, the SM count, and the deterministic column sum of
-# per-program partial rows (one slab here: dw).
-from kernelgate.kernels.layer_norm.ops import _rows, _shaped, _sms, column_sum_launch, pdl_of, vector_width
+# tensors, programmatic dependent launch and the target's generation (sm_90+), the SM count, the deterministic
+# column sum of per-program partial rows (one slab here: dw), and the words a row's slices exchange through.
+from kernelgate.kernels.layer_norm.ops import (
+    _on_sm90,
+    _rows,
+    _shaped,
+    _sms,
+    column_sum_launch,
+    pdl_of,
+    row_words,
+    vector_width,
+)
 from kernelgate.kernels.norm_inputs import check_tensor, normalized_shape_of
 from kernelgate.kernels.rms_norm import triton_kernels as tk
-from kernelgate.kernels.rms_norm.config import RMSNormConfig, heuristic_config
+from kernelgate.kernels.rms_norm.config import MAX_ROW_SLICES, RMSNormConfig, heuristic_config
 
 
 def default_eps(dtype: torch.dtype) -> float:
@@ -80,19 +91,56 @@ def forward_launch(x2, weight, eps: float, y, rstd, cfg: RMSNormConfig | None = 
 
 
 def backward_launch(dy2, x2, weight, rstd, dx, cfg: RMSNormConfig | None = None) -> tuple[Launch, torch.Tensor | None]:
-    """The backward's row kernel, and the fp32 [programs, N] partial sums of dw it writes (None without a
-    weight). Persistent: as many programs as the SMs hold (``programs_per_sm`` each), at most one per row
-    block, so every program writes its partial row and the buffer needs no zeroing."""
+    """The backward's row kernel, and the fp32 buffer it writes besides dx (None where nothing needs one):
+    the partial sums of dw, [groups, N], then for rows in slices the slices' words (zeroed here). Persistent:
+    as many programs as the SMs hold (``programs_per_sm`` each), at most one group per row block, so every
+    group writes its partial row and the partial sums need no zeroing. A group is one program, or the
+    ``row_slices`` programs that share each of its rows."""
     m, n = x2.shape
     cfg = _config(cfg, "bwd", x2)
-    programs = persistent_programs(cdiv(m, cfg.block_m), _sms(x2) * cfg.programs_per_sm, cfg.programs_per_sm > 1)
-    partial = None if weight is None else torch.empty((programs, n), dtype=torch.float32, device=x2.device)
+    if cfg.row_slices > 1:
+        _check_row_slices(cfg, n)
+        if interpreter_mode():
+            # Slices wait for each other, and the interpreter runs programs one after another: a row in one.
+            cfg = RMSNormConfig(1, next_power_of_2(n), cfg.num_warps)
+    slices = cfg.row_slices
+    groups = persistent_programs(cdiv(m, cfg.block_m), _sms(x2) * cfg.programs_per_sm // slices,
+                                 cfg.programs_per_sm > 1)  # fmt: skip
+    partial = _partial_sums(groups, slices, weight is not None, x2)
+    vec = vector_width(n, x2, dy2, dx, weight)
     args = (x2, dy2, dx, weight if weight is not None else x2, rstd, partial if partial is not None else rstd,
             x2.stride(0), dy2.stride(0), dx.stride(0), m, n)  # fmt: skip
-    constexprs = dict(HAS_WEIGHT=weight is not None, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                      VEC=vector_width(n, x2, dy2, dx, weight), NUM_STAGES=cfg.num_stages)  # fmt: skip
-    kernel = tk.looped_bwd_kernel if cfg.looped(n) else tk.bwd_kernel
-    return Launch(kernel, grid=(programs,), args=args, constexprs=constexprs, num_warps=cfg.num_warps), partial
+    constexprs = dict(HAS_WEIGHT=weight is not None, BLOCK_N=cfg.block_n, VEC=vec, NUM_STAGES=cfg.num_stages)
+    if slices == 1:
+        kernel = tk.looped_bwd_kernel if cfg.looped(n) else tk.bwd_kernel
+        return Launch(kernel, (groups,), args, dict(BLOCK_M=cfg.block_m, **constexprs), cfg.num_warps), partial
+    # The bulk prefetch (sm_90+) takes whole 16-byte aligned rows.
+    prefetch = cfg.prefetch_steps > 0 and _on_sm90(x2) and vec * x2.element_size() == 16
+    constexprs.update(SLICES=slices, FINISH_LATE=cfg.finish_late, PREFETCH=prefetch)
+    args = (*args, cfg.prefetch_steps * groups if prefetch else 0)
+    return Launch(tk.sliced_bwd_kernel, (groups * slices,), args, constexprs, cfg.num_warps, cooperative=True), partial
+
+
+def _check_row_slices(cfg: RMSNormConfig, n: int) -> None:
+    if not (cfg.block_m == cfg.programs_per_sm == 1 and cfg.row_slices <= MAX_ROW_SLICES
+            and cfg.block_n * (cfg.row_slices - 1) < n <= cfg.block_n * cfg.row_slices):  # fmt: skip
+        raise ValueError(
+            f"rms_norm: {cfg} splits rows of {n} into {cfg.row_slices} slices; the backward splits a row into 2 to "
+            f"{MAX_ROW_SLICES} slices of block_n columns, each holding some, one row a step, one program an SM"
+        )
+
+
+def _partial_sums(groups: int, slices: int, weight: bool, x2) -> torch.Tensor | None:
+    """The backward's fp32 buffer: dw's partial sums, [groups, N], then for rows in slices the slices' words,
+    ``row_words`` 64-bit words a row, zeroed (16-byte aligned: a fresh allocation of PyTorch's caching
+    allocator is at least 512-byte aligned)."""
+    m, n = x2.shape
+    if slices == 1:
+        return torch.empty((groups, n), dtype=torch.float32, device=x2.device) if weight else None
+    start = cdiv(groups * n, 4) * 4 if weight else 0
+    buffer = torch.empty(start + 2 * row_words(slices) * m, dtype=torch.float32, device=x2.device)
+    buffer[start:].zero_()
+    return buffer
 
 
 def rms_norm_fwd(x2, weight, eps: float, out=None, cfg: RMSNormConfig | None = None, stats: bool = True):
@@ -118,9 +166,14 @@ def rms_norm_bwd(dy2, x2, weight, rstd, out=None, cfg: RMSNormConfig | None = No
         return dx, None if dw is None else dw.zero_()
     launch, partial = backward_launch(dy2, x2, weight, rstd, dx, cfg)
     launch()
-    if partial is not None:
-        column_sum_launch(partial, launch.grid[0], [dw])()
+    if weight is not None:
+        column_sum_launch(partial, groups_of(launch), [dw])()
     return dx, dw
+
+
+def groups_of(launch: Launch) -> int:
+    """The rows of a backward launch's partial sums: its programs, or its groups of row slices."""
+    return launch.grid[0] // launch.constexprs.get("SLICES", 1)
 
 
 def _forward(x, normalized_shape, weight, eps, stats: bool):

@@ -26,6 +26,12 @@ Two kernels a direction, chosen by the launch's tile:
 * ``looped_fwd_kernel`` / ``looped_bwd_kernel``: any N, the row walked in ``BLOCK_N`` chunks twice,
   a reduction pass and a pass that writes; the second read mostly hits L2. The looped backward adds
   each row block's dw terms to its program's partial row in memory.
+* ``sliced_bwd_kernel``: a row wider than the one-pass backward's registers, split over ``SLICES``
+  programs (2 to 4) of ``BLOCK_N`` columns each, one row a step, so x and dy are still read once. Each
+  slice publishes its share of c1's row sum and adds every slice's in slice order, through the
+  LayerNorm's row-slice exchange (a word per slice and row, zero until published): the programs of a
+  row wait for each other, so the launch is cooperative, and Triton's interpreter, which runs programs
+  one after another, gets the row whole from the launcher.
 
 The one-pass forward and the column sum take ``PDL`` (sm_90+): launched with programmatic dependent
 launch, such a kernel is scheduled while the previous one in the stream drains and waits for it before
@@ -37,8 +43,18 @@ import triton
 import triton.language as tl
 
 # Device helpers the LayerNorm kernels define: the wait for the previous kernel under programmatic dependent
-# launch, the divisibility hint behind 16-byte accesses, correctly rounded division, and int64 row offsets.
-from kernelgate.kernels.layer_norm.triton_kernels import _aligned, _await_previous_kernel, _div, _row_offsets
+# launch, the divisibility hint behind 16-byte accesses, correctly rounded division, int64 row offsets, the
+# row-slice exchange (a slice publishes its row sums; every slice adds all of them in slice order) and the
+# bulk prefetch of rows into L2.
+from kernelgate.kernels.layer_norm.triton_kernels import (
+    _aligned,
+    _await_previous_kernel,
+    _div,
+    _prefetch_rows_into_l2,
+    _publish_slice_sums,
+    _row_offsets,
+    _row_sums_of_slices,
+)
 
 
 @triton.jit
@@ -236,3 +252,92 @@ def looped_bwd_kernel(
                 # the row without reading it, so the buffer needs no zeroing.
                 dw = tl.load(partial + cols, mask=col_ok & (block != pid), other=0.0)
                 tl.store(partial + cols, dw + tl.sum(dy * xhat, axis=0), mask=col_ok)
+
+
+@triton.jit
+def _slice_of_row(X, DY, Rstd, row, stride_x, stride_dy, cols, col_ok):
+    # x and dy over this slice's columns of the row, as fp32, and the row's rstd.
+    x = tl.load(X + row.to(tl.int64) * stride_x + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dy = tl.load(DY + row.to(tl.int64) * stride_dy + cols, mask=col_ok, other=0.0).to(tl.float32)
+    return x, dy, tl.load(Rstd + row)
+
+
+@triton.jit
+def _publish_slice_sum(Exchange, row, x, dy, w, slice, SLICES: tl.constexpr):
+    # This slice's share of c1's row sum, sum(x * g); the exchange's second sum is unused.
+    _publish_slice_sums(Exchange, row, tl.sum(x * dy * w), 0.0, slice, SLICES)
+
+
+@triton.jit
+def _finish_sliced_row(DX, Exchange, row, stride_dx, N, cols, col_ok, x, dy, w, rstd, dw, SLICES: tl.constexpr):
+    # Once every slice's sum of the row is in: its slice of dx, and dw with its terms added.
+    sum_x_g, _ = _row_sums_of_slices(Exchange, row, SLICES)
+    xhat = x * rstd
+    dx = (dy * w - xhat * _div(sum_x_g * rstd, N)) * rstd
+    tl.store(DX + row.to(tl.int64) * stride_dx + cols, dx.to(DX.dtype.element_ty), mask=col_ok)
+    return dw + dy * xhat
+
+
+@triton.jit(do_not_specialize=["prefetch_rows"])
+def sliced_bwd_kernel(
+    X,  # forward input, [M, N], row stride stride_x
+    DY,  # output gradient, [M, N], row stride stride_dy
+    DX,  # input gradient, [M, N], row stride stride_dx, written
+    W,  # weight [N] (unused unless HAS_WEIGHT)
+    Rstd,  # fp32 [M], from the forward
+    Partial,  # fp32: [groups, N] per group, its rows' sum of dy * xhat (if HAS_WEIGHT), then, 16-byte aligned,
+    # the slices' words, zero at launch (row_words of them a row)
+    stride_x,
+    stride_dy,
+    stride_dx,
+    M,
+    N,
+    prefetch_rows,  # with PREFETCH: the distance, in rows, to the slice of x and dy each step pulls into L2
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # a slice's columns; SLICES - 1 of them < N <= SLICES of them
+    VEC: tl.constexpr,
+    NUM_STAGES: tl.constexpr,  # > 1: the next rows' slices of x and dy load (cp.async) during this one's math
+    SLICES: tl.constexpr,  # 2 to 4 programs a row
+    FINISH_LATE: tl.constexpr,  # a step publishes its row's sum, then finishes the previous row
+    PREFETCH: tl.constexpr,  # sm_90+, 16-byte aligned rows
+):
+    N, stride_x = _aligned(N, VEC), _aligned(stride_x, VEC)
+    stride_dy, stride_dx = _aligned(stride_dy, VEC), _aligned(stride_dx, VEC)
+    # Persistent: the programs form groups of SLICES, one program per slice of columns; group g handles rows
+    # g, g + groups, ...
+    pid = tl.program_id(0)
+    group, groups, slice = pid // SLICES, tl.num_programs(0) // SLICES, pid % SLICES
+    exchange = Partial
+    if HAS_WEIGHT:
+        exchange += (groups.to(tl.int64) * N + 3) // 4 * 4  # 16-byte aligned
+    first = slice * BLOCK_N
+    cols = first + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    w = _weight(W, cols, col_ok, HAS_WEIGHT)
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    # FINISH_LATE: the previous row, loaded again (from L2), whose other slices' sums had this step's loads
+    # and sum to arrive, so that the exchange's round trip no longer adds to every step.
+    first_row = group
+    if FINISH_LATE:
+        x, dy, _ = _slice_of_row(X, DY, Rstd, group, stride_x, stride_dy, cols, col_ok)
+        _publish_slice_sum(exchange, group, x, dy, w, slice, SLICES)
+        first_row += groups
+    for row in tl.range(first_row, M, groups, num_stages=NUM_STAGES):
+        if PREFETCH:  # this slice of x and dy prefetch_rows rows on, a row this group reaches later
+            ahead = row + prefetch_rows + tl.zeros([1], dtype=tl.int32)
+            width = tl.minimum(N - first, BLOCK_N)
+            _prefetch_rows_into_l2(X + first, ahead, ahead < M, stride_x, width)
+            _prefetch_rows_into_l2(DY + first, ahead, ahead < M, stride_dy, width)
+        x, dy, rstd = _slice_of_row(X, DY, Rstd, row, stride_x, stride_dy, cols, col_ok)
+        _publish_slice_sum(exchange, row, x, dy, w, slice, SLICES)
+        finished = row
+        if FINISH_LATE:
+            finished -= groups
+            x, dy, rstd = _slice_of_row(X, DY, Rstd, finished, stride_x, stride_dy, cols, col_ok)
+        dw = _finish_sliced_row(DX, exchange, finished, stride_dx, N, cols, col_ok, x, dy, w, rstd, dw, SLICES)
+    if FINISH_LATE:
+        last = group + (M - 1 - group) // groups * groups
+        x, dy, rstd = _slice_of_row(X, DY, Rstd, last, stride_x, stride_dy, cols, col_ok)
+        dw = _finish_sliced_row(DX, exchange, last, stride_dx, N, cols, col_ok, x, dy, w, rstd, dw, SLICES)
+    if HAS_WEIGHT:
+        tl.store(Partial + group.to(tl.int64) * N + cols, dw, mask=col_ok)
