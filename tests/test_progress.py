@@ -2,7 +2,7 @@
 
 import time
 
-from kernelgate.measure.progress import Progress, heartbeat, last_line
+from kernelgate.measure.progress import Progress, heartbeat, last_line, lines_since, log_size
 
 
 def test_a_step_prints_where_it_stands_until_it_ends(tmp_path, capsys):
@@ -26,3 +26,19 @@ def test_a_log_line_is_cut_to_its_end_and_a_missing_log_is_said(tmp_path):
     log.write_text("." * 300 + " [ 45%]")
     assert last_line(log, width=20) == "…" + ("." * 300 + " [ 45%]")[-19:]
     assert last_line(tmp_path / "none.log") == "(no log yet)"
+
+
+def test_values_that_finish_together_are_counted_as_their_log_says(tmp_path):
+    """A metrics class's values all finish when its setup_cache has measured every case: until then they count in
+    proportion to the cases its worker's log says are measured, so the estimate of what is left keeps moving."""
+    log = tmp_path / "worker.log"
+    log.write_text("measured a case from an earlier class in 1.0 s\n")
+    offset = log_size(log)
+    progress = Progress()
+    progress.counted(90, 360)
+    progress.pending = (270, lambda: lines_since(log, offset, "measured ") / 90)
+    assert "90/360 done" in progress.line()
+    log.write_text(log.read_text() + "".join(f"measured case {i} in 1.2 s\nnoise\n" for i in range(45)))
+    assert "225/360 done" in progress.line()
+    progress.counted(360, 360)
+    assert "360/360 done" in progress.line() and progress.pending is None

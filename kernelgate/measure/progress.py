@@ -5,6 +5,7 @@ being watched (a worker's, the tests', the warm-ups')."""
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 EVERY = 15.0  # seconds between two lines, at most
@@ -30,17 +31,24 @@ class Progress:
         self.start = time.perf_counter()
         self.done, self.total = 0, 0
         self.logs: dict[str, Path] = {}
+        # Items under way that finish together, and the fraction of their work done so far (a metrics class's
+        # values, whose one setup_cache measures every case): counted in proportion.
+        self.pending: tuple[int, Callable[[], float]] | None = None
 
     def counted(self, done: int, total: int) -> None:
-        self.done, self.total = done, total
+        self.done, self.total, self.pending = done, total, None
 
     def line(self) -> str:
         elapsed = time.perf_counter() - self.start
         parts = [f"{elapsed:.0f} s"]
         if self.total:
-            parts.append(f"{self.done}/{self.total} done")
-            if self.done:
-                parts.append(f"about {elapsed / self.done * (self.total - self.done):.0f} s left")
+            done = self.done
+            if self.pending is not None:
+                items, fraction = self.pending
+                done += int(items * min(1.0, max(0.0, fraction())))
+            parts.append(f"{done}/{self.total} done")
+            if done:
+                parts.append(f"about {elapsed / done * (self.total - done):.0f} s left")
         parts += [f"{label}: {last_line(path)}" for label, path in self.logs.items()]
         return "; ".join(parts)
 
@@ -61,3 +69,21 @@ def heartbeat(label: str, progress: Progress, every: float = EVERY):
     finally:
         stop.set()
         thread.join()
+
+
+def lines_since(path: Path, offset: int, prefix: str) -> int:
+    """Lines of a log past byte ``offset`` that start with ``prefix``."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return 0
+    return sum(line.startswith(prefix) for line in text.splitlines())
+
+
+def log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

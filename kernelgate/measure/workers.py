@@ -26,7 +26,7 @@ from pathlib import Path
 
 from kernelgate import asv_case
 from kernelgate.asv_case import Case
-from kernelgate.measure.progress import Progress
+from kernelgate.measure.progress import Progress, lines_since, log_size
 
 ROUNDS = 4  # base/head turns per case; the order alternates each round
 SAMPLES_PER_ROUND = 5  # asv samples per turn: ROUNDS * SAMPLES_PER_ROUND samples per commit and case
@@ -224,10 +224,17 @@ def _track_cases(cases: list[Case], workers: dict[str, Worker], role: str, progr
         by_class.setdefault(owner, []).append(case.values)
         tracked.setdefault(owner, []).append(method.removeprefix("track_"))
     lost_classes: dict[str, str] = {}  # a class's values share its setup_cache: one lost, the rest are not asked
+    asked: set[str] = set()
     for name, group in by_benchmark.items():
         owner = name.rsplit(".", 1)[0]
         worker = workers[role]
         timeout = group[0].setup_cache_timeout + sum(c.timeout for c in group)
+        if owner not in asked:  # its setup_cache measures every case now, printing a line for each
+            asked.add(owner)
+            units = len({tuple(values[:-1]) for values in by_class[owner]})
+            log, offset = worker.side.log, log_size(worker.side.log)
+            done_share = lambda log=log, offset=offset, units=units: lines_since(log, offset, "measured ") / units
+            progress.pending = (len(by_class[owner]), done_share)
         try:
             if owner in lost_classes:
                 raise CaseLost(f"not measured: a value of {owner} was lost before it ({lost_classes[owner]})")
