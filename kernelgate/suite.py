@@ -28,7 +28,7 @@ The LayerNorm's suite is the worked example (``kernelgate/cases/layer_norm.py``)
         references=bandwidth.REFERENCES,  # timed beside them: the time class's last parameter is "impl"
         variant_name="variant",
         timed=LAYER_NORM.timed,  # (shape, dtype, direction, impl) -> the back-to-back sample asv times
-        measure=LAYER_NORM.measure,  # (shape, dtype, direction, variants=[...], metrics=None) -> {variant: {...}}
+        measure=LAYER_NORM.measure,  # (shape, dtype, direction, variants=[...], ...) -> {variant: {metric: value}}
         metrics=bandwidth.METRICS,  # Metric("gbps", "GB/s", "GB/s"): its name, unit and table column; ...
         label="layer_norm",  # the tables' kernel column: layer_norm/<variant>
         open_params={"shape": cli.shape},  # the metrics command takes any MxN shape
@@ -86,8 +86,10 @@ class Grid:
     references: list[str]  # what the variants are timed beside: the rest of the time class's last parameter, "impl"
     variant_name: str  # the metrics class's name for its last parameter
     timed: Callable[..., Callable[[], object]]  # (*leading, impl) -> what asv times; NotImplementedError: skipped
-    # (*leading, variants=[...], metrics={names} or None for all) -> {variant: {metric: value}}; it may measure
-    # more than it is asked for, never less.
+    # (*leading, variants=[...], metrics={names} or None for all, stored={reference: ms} or None) ->
+    # {variant: {metric: value}}; it may measure more than it is asked for, never less. ``stored``: the references'
+    # times for this environment (kernelgate.measure.references), which it may read instead of timing them, and
+    # then it returns the times of those it timed under references.TIMES.
     measure: Callable[..., dict[str, dict[str, float]]]
     metrics: tuple[Metric, ...]
     label: str  # the tables' kernel column: <label>/<variant>

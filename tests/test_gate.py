@@ -1291,6 +1291,37 @@ def test_without_a_near_miss_margin_a_reading_under_the_limit_passes_unmeasured(
     assert not (gate.root / "remeasured.log").exists()
 
 
+NEAR_FLOOR = with_defaults("near_floor = 0.05\n")  # the floor 1.16: head's readings up to 1.218 are re-measured
+
+
+@pytest.mark.parametrize(
+    ("first", "again", "verdict", "reason"),
+    [
+        (1.18, 1.10, "fail", "persisted after re-measurement"),
+        (1.18, 1.19, "pass", "re-measured near its bound"),
+        (1.10, 1.20, "cleared", "cleared by re-measurement"),
+        (1.25, None, "pass", None),
+    ],
+    ids=["near-then-below", "near-then-above", "below-then-above", "clear-of-it"],
+)
+def test_a_floor_passed_narrowly_is_judged_on_a_fresh_reading(gate, first, again, verdict, reason):
+    """A PR check's first reading of a speedup may rest on a reference's stored time: a floor passed by less than
+    near_floor is read again (its references timed beside it), and that reading decides."""
+    gate.write(head={TWO_PASS_SPEEDUP: first})
+    fresh = {HEAD: {TWO_PASS_SPEEDUP: [again]}} if again is not None else {}
+    code, verdict_json = gate.run("--confirm-cmd", confirm_cmd(gate, fresh), thresholds=NEAR_FLOOR)
+    (row,) = [f for f in verdict_json["findings"] if f["check"] == "floor" and f["case"] == TWO_PASS_SPEEDUP.label]
+    assert code == (1 if verdict == "fail" else 0), verdict_json
+    assert row["verdict"] == verdict, row
+    if reason is None:
+        assert not (gate.root / "remeasured.log").exists(), "a floor passed by a margin is not read again"
+    else:
+        assert reason in row["reason"]
+        assert row["first"] == pytest.approx(first / 1.16), "the first reading, over the floor"
+        ((commits, regex),) = remeasured(gate)
+        assert commits == [HEAD] and re.fullmatch(regex, TWO_PASS_SPEEDUP.asv_id)
+
+
 def test_confirmation_once_for_base_and_head(gate):
     gate.write(head={TWO_PASS_TIME: samples(1.10e-3, "burst")})
     fresh = {BASE: {TWO_PASS_TIME: samples(1e-3, "b", n=20)}, HEAD: {TWO_PASS_TIME: samples(1e-3, "h", n=20)}}

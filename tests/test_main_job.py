@@ -11,7 +11,7 @@ import torch
 from asv.results import Results
 from support import fake_suite
 
-from kernelgate.measure import main_job, workers
+from kernelgate.measure import main_job, references, workers
 
 ASV_CONF = {"version": 1, "project": "fake", "repo": ".", "branches": ["main"], "environment_type": "existing",
             "benchmark_dir": "benchmarks", "results_dir": ".asv/results", "html_dir": ".asv/html"}  # fmt: skip
@@ -139,3 +139,25 @@ def test_unknown_arguments_are_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         main_job.parse_args(["--quick"])
     assert "unrecognized arguments: --quick" in capsys.readouterr().err
+
+
+def test_main_records_the_references_its_gpus_timed_under_each_suites_environment(checkout, monkeypatch):
+    """Each GPU's worker appends the references its metrics timed; the main job stores them per suite, under
+    that suite's environment, where the PR check reads them (``kernelgate.measure.references``)."""
+    monkeypatch.setattr(references, "gpu_settings", lambda: {"name": "NVIDIA H200"})
+    monkeypatch.setenv(references.STORE_ENV, str(checkout / "store"))
+    for gpu, lines in (("0", [["RMSNorm/8192x1024-bfloat16-fwd", {"torch": 0.02}]]),
+                       ("1", [["LayerNormWidths/8192x768-float32-bwd", {"liger": 0.05}],
+                              ["RMSNorm/8192x2048-bfloat16-fwd", {"torch": 0.04}]])):  # fmt: skip
+        path = main_job._times_file(gpu)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        assert main_job.head_side("c" * 40, gpu).env[references.RECORD_ENV] == str(path.resolve())
+    main_job.record_references("c" * 40, ["0", "1"])
+    read = lambda path: (checkout / path).read_bytes() if (checkout / path).is_file() else None
+    norms = {suite: references.lookup(checkout / "store", references.environment(suite, read))
+             for suite in ("rms_norm", "layer_norm")}  # fmt: skip
+    assert norms["rms_norm"]["times"] == {"RMSNorm/8192x1024-bfloat16-fwd": {"torch": 0.02},
+                                          "RMSNorm/8192x2048-bfloat16-fwd": {"torch": 0.04}}  # fmt: skip
+    assert norms["layer_norm"]["times"] == {"LayerNormWidths/8192x768-float32-bwd": {"liger": 0.05}}
+    assert norms["rms_norm"]["commit"] == "c" * 40

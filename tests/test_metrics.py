@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernelgate.cases.layer_norm import SHAPES_GRID, LayerNormCase
-from kernelgate.measure import bandwidth, timing
+from kernelgate.measure import bandwidth, references, timing
 from kernelgate.measure.metrics import (
     SELECTED_ENV,
     TRACKED_ENV,
@@ -78,7 +78,7 @@ def test_a_metrics_class_measures_each_selected_case_once_with_its_selected_vari
     """The PR check asks only for the values its rules bound: no other case or variant is timed."""
     asked = []
     grid = dataclasses.replace(
-        SHAPES_GRID, measure=lambda *case, variants, metrics: asked.append((case, variants, metrics)) or {}
+        SHAPES_GRID, measure=lambda *case, variants, metrics, stored: asked.append((case, variants, metrics)) or {}
     )
     chosen = [["4096x1024", "float32", "bwd", "auto"], ["4096x1024", "float32", "fwd", "two_pass"],
               ["4096x1024", "float32", "fwd", "auto"]]  # fmt: skip
@@ -95,7 +95,7 @@ def test_a_case_is_asked_only_for_the_metrics_its_values_are_for(monkeypatch):
     """Beside the combinations, the worker names the metric each is for: a case is measured for those alone."""
     asked = {}
     grid = dataclasses.replace(
-        SHAPES_GRID, measure=lambda *case, variants, metrics: asked.setdefault(case, metrics) and {}
+        SHAPES_GRID, measure=lambda *case, variants, metrics, stored: asked.setdefault(case, metrics) and {}
     )
     chosen = [["4096x1024", "float32", "fwd", "auto"], ["4096x1024", "float32", "fwd", "two_pass"],
               ["4096x1024", "float32", "bwd", "auto"], ["4096x1024", "float32", "fwd", "auto"]]  # fmt: skip
@@ -147,3 +147,74 @@ def test_a_memory_bound_case_times_only_what_its_asked_metrics_need(monkeypatch,
     assert seen == {"timed": timed, "host": host}
     names = {metric.name for metric in bandwidth.METRICS} if wanted is None else wanted
     assert names <= set(measured["v"]), "every metric asked for is measured"
+
+
+def _timing_recorded(monkeypatch, times: dict[str, float]) -> dict[str, set]:
+    """bandwidth_metrics on stand-ins: each callable times ``times[name]`` ms; returns what was timed."""
+    seen = {"timed": set(), "host": set()}
+    monkeypatch.setattr(timing, "gpu_timing", lambda: True)
+    monkeypatch.setattr(bandwidth, "rotations", lambda nbytes: 1)
+    monkeypatch.setattr(bandwidth, "warmed", lambda fn: fn)
+    monkeypatch.setattr(bandwidth, "batched", lambda fn, rotate: fn)
+    monkeypatch.setattr(timing, "copy", lambda: "copy")
+    monkeypatch.setattr(timing, "COPY_BYTES", 1 << 30)
+
+    def interleaved_ms(fns):
+        seen["timed"] = set(fns)
+        return {name: [times[name]] * 3 for name in fns}
+
+    def interleaved_enqueue_us(fns, calls, rounds):
+        seen["host"] = set(fns)
+        return {name: [5.0] for name in fns}
+
+    monkeypatch.setattr(timing, "interleaved_ms", interleaved_ms)
+    monkeypatch.setattr(timing, "interleaved_enqueue_us", interleaved_enqueue_us)
+    return seen
+
+
+def test_stored_reference_times_are_read_instead_of_timed(monkeypatch):
+    """A reference or copy stored for this environment is not timed: the variant's values are read against the
+    stored time, as they would be against a timed one. What was timed is returned beside the variants, for main's
+    runs to store; the host's cost is never stored, so host metrics still run eager torch alongside."""
+    times = {"v": 1.0, "torch": 2.0, "torch_compile": 1.5, "liger": 3.0, "copy": 0.5, "tensor_copy": 0.25}
+    seen = _timing_recorded(monkeypatch, times)
+    run = lambda wanted, stored: bandwidth.bandwidth_metrics(
+        lambda impl, rotate: impl, ["v"], 1 << 20, lambda rotate: "tensor_copy", 1 << 19, wanted, stored
+    )
+    timed_all = run(None, None)
+    assert timed_all[references.TIMES] == {name: ms for name, ms in times.items() if name != "v"}
+    stored = {name: ms for name, ms in times.items() if name != "v"}
+    from_store = run(None, stored)
+    assert seen["timed"] == {"v"} and seen["host"] == {"v", "torch", "torch_compile"}
+    assert from_store["v"] == pytest.approx(timed_all["v"]), "the same values, read against the stored times"
+    assert references.TIMES not in from_store, "nothing timed: nothing to record"
+    partly = run({"speedup_vs_compile", "pct_peak"}, {"torch_compile": 1.5})
+    assert seen["timed"] == {"v", "torch", "copy"}
+    assert partly["v"]["speedup_vs_compile"] == pytest.approx(1.5) and partly[references.TIMES] == {
+        "torch": 2.0,
+        "copy": 0.5,
+    }
+
+
+def test_a_metrics_class_reads_stored_times_and_records_timed_ones(monkeypatch, tmp_path):
+    """The worker's environment names a file of stored times, by case, which each case's measure is handed, and
+    a file the references each case timed are appended to, under the same names."""
+    asked = {}
+
+    def measure(*case, variants, metrics, stored):
+        asked[case] = stored
+        return {"auto": {"gbps": 1.0}, references.TIMES: {"torch": 0.5}}
+
+    grid = dataclasses.replace(SHAPES_GRID, measure=measure)
+    monkeypatch.setenv(SELECTED_ENV, json.dumps([["4096x1024", "float32", "fwd", "auto"],
+                                                 ["8192x1024", "float32", "fwd", "auto"]]))  # fmt: skip
+    stored, recorded = tmp_path / "stored.json", tmp_path / "recorded.jsonl"
+    stored.write_text(json.dumps({f"{grid.name}/4096x1024-float32-fwd": {"torch": 0.25}}))
+    monkeypatch.setenv(references.STORED_ENV, str(stored))
+    monkeypatch.setenv(references.RECORD_ENV, str(recorded))
+    measure_selected(grid, [*grid.params.values(), grid.variants])
+    assert asked == {("4096x1024", "float32", "fwd"): {"torch": 0.25}, ("8192x1024", "float32", "fwd"): None}
+    assert references.recorded(recorded) == {
+        f"{grid.name}/4096x1024-float32-fwd": {"torch": 0.5},
+        f"{grid.name}/8192x1024-float32-fwd": {"torch": 0.5},
+    }

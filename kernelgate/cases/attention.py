@@ -285,8 +285,11 @@ def timed(config: str, impl: str) -> Callable[[], None]:
     )
 
 
-def measure(config: str, variants: list[str], metrics: set[str] | None = None) -> dict[str, dict[str, float]]:
-    """Every mode and every metric, whichever are asked for: each is read beside the others."""
+def measure(
+    config: str, variants: list[str], metrics: set[str] | None = None, stored: dict[str, float] | None = None
+) -> dict[str, dict[str, float]]:
+    """Every mode and every metric, whichever are asked for: each is read beside the others, the references
+    (FA2, cuDNN, the matmul) timed every time, never ``stored``."""
     return attention_metrics(BENCH_CONFIGS[config], list(ACCUM_MODES))
 
 

@@ -46,7 +46,7 @@ def evaluate(thresholds: Thresholds, base: Run, head: Run, selection: bool = Fal
         *removals(thresholds, base, head, selection),
         *availability(rules, base, head),
         *invalid_times(base, head),
-        *bounds(rules, head),
+        *bounds(rules, head, thresholds.near_floor),
         *slowdowns(thresholds, rules, base, head),
         *orders(rules, head),
     ]
@@ -169,7 +169,7 @@ def _usable(case: Case, m: Measurement | None) -> bool:
     return m is not None and m.finite and not _not_a_time(case, m)
 
 
-def bounds(rules: list[Rule], head: Run) -> list[Finding]:
+def bounds(rules: list[Rule], head: Run, near_floor: float = 0.0) -> list[Finding]:
     findings = []
     for rule in rules:
         for case, m in head.measurements.items():
@@ -177,23 +177,27 @@ def bounds(rules: list[Rule], head: Run) -> list[Finding]:
                 continue
             unit = head.units.get(case.benchmark, "")
             if rule.min is not None:
-                findings.append(_bound(rule, case, m, unit, "floor", rule.min))
+                findings.append(_bound(rule, case, m, unit, "floor", rule.min, near_floor))
             if rule.max is not None:
                 findings.append(_bound(rule, case, m, unit, "ceiling", rule.max))
     return findings
 
 
-def _bound(rule: Rule, case: Case, m: Measurement, unit: str, check: str, bound: float) -> Finding:
+def _bound(rule: Rule, case: Case, m: Measurement, unit: str, check: str, bound: float, near: float = 0.0) -> Finding:
+    """A floor or ceiling on head's value. A floor passed by less than ``near`` (a fraction of it) is a near miss,
+    re-measured: a PR check's first reading of a speedup may rest on a reference's stored time."""
     floor = check == "floor"
     ok = m.value >= bound if floor else m.value <= bound
     badness = _ratio(bound, m.value) if floor else _ratio(m.value, bound)
     limit = f"{'≥' if floor else '≤'} {bound:g}"
     relation = ("≥" if ok else "<") if floor else ("≤" if ok else ">")
-    reason = f"{human(m.value, unit)} {relation} {check} {bound:g}: {rule.cited}"
+    near_miss = floor and ok and not rule.informational and m.value < bound * (1 + near)
+    reason = f"{human(m.value, unit)} {relation} {check} {bound:g}"
+    reason += f" by less than {near:.0%} (a near miss): {rule.cited}" if near_miss else f": {rule.cited}"
     return Finding(
         check, case.benchmark, case.label, _verdict(ok, rule.informational), reason,
         head=m.value, ratio=_ratio(m.value, bound), limit=limit, unit=unit, badness=badness,
-        remeasure=(("head", case.asv_id),), rule=rule.cited,
+        remeasure=(("head", case.asv_id),), rule=rule.cited, near_miss=near_miss,
     )  # fmt: skip
 
 

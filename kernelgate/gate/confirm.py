@@ -1,10 +1,12 @@
 """Re-measure suspected regressions, and slowdowns read just under their limit, before the verdict.
 
 A suspect is a failed check on measured values (a bound, a slowdown, an
-order); a near miss is a slowdown read within ``near_miss`` under its limit.
+order); a near miss is a slowdown read within ``near_miss`` under its limit,
+or a floor passed by less than ``near_floor``.
 Their cases are run again on the commits they depend on (``asv run
 --append-samples`` keeps the other cases), and only they are evaluated again.
-A suspect bound or order fails the gate only if it persists. A slowdown fails
+A suspect bound or order fails the gate only if it persists, and a floor
+read near its bound fails if the fresh reading breaks it. A slowdown fails
 only if the fresh reading is past its limit or near it too, and the geometric
 mean of both readings is past the limit: a slowdown just past the limit is
 caught whichever side of it the first reading fell, while a one-off outlier
@@ -99,7 +101,9 @@ def _resolved(first: Finding, again: Finding | None) -> Finding:
         return _with(again, again.verdict, f"re-measured near its limit {seen}")
     if again.verdict is Verdict.FAIL:
         return _with(again, Verdict.FAIL, "persisted after re-measurement")
-    return _with(again, Verdict.CLEARED, f"cleared by re-measurement {seen}")
+    if first.verdict is Verdict.FAIL:
+        return _with(again, Verdict.CLEARED, f"cleared by re-measurement {seen}")
+    return _with(again, again.verdict, f"re-measured near its bound {seen}")
 
 
 def _with(finding: Finding, verdict: Verdict, note: str) -> Finding:

@@ -35,7 +35,8 @@ class Finding:
     remeasure: tuple[tuple[str, str], ...] = ()
     # The `why` of the threshold rule that judged it ("default" for [defaults]); empty where no rule did.
     rule: str = ""
-    # A slowdown read within the near_miss margin under its limit: re-measured as a suspect is.
+    # A slowdown read within the near_miss margin under its limit, or a floor passed by less than near_floor:
+    # re-measured as a suspect is.
     near_miss: bool = False
     # The ratio first measured, where a re-measurement decided the finding (``ratio`` is the fresh one).
     first: float | None = None

@@ -14,7 +14,7 @@ from typing import Protocol
 import torch
 
 from kernelgate.asv_case import Case
-from kernelgate.measure import timing
+from kernelgate.measure import references, timing
 from kernelgate.measure.workloads import (
     autograd_workload,
     batched,
@@ -105,9 +105,16 @@ class RowOp:
         return timing.back_to_back(self.replayed(self.sized(shape, dtype), impl, direction))
 
     def measure(
-        self, shape: str, dtype: str, direction: str, variants: list[str], metrics: set[str] | None = None
+        self,
+        shape: str,
+        dtype: str,
+        direction: str,
+        variants: list[str],
+        metrics: set[str] | None = None,
+        stored: dict[str, float] | None = None,
     ) -> dict[str, dict[str, float]]:
-        """A metrics case: ``METRICS`` of each variant, or those named (``bandwidth_metrics``)."""
+        """A metrics case: ``METRICS`` of each variant, or those named, against the references' ``stored`` times
+        where given (``bandwidth_metrics``)."""
         case = self.sized(shape, dtype)
         return bandwidth_metrics(
             lambda impl, rotate: self.workload(case, impl, direction, rotate),
@@ -116,6 +123,7 @@ class RowOp:
             lambda rotate: tensor_copy_workload((case.m, case.n), case.torch_dtype, rotate),
             case.tensor_bytes,
             metrics,
+            stored,
         )
 
     def warm_call(self, shape: str, dtype: str, direction: str, impl: str) -> Callable[[], object]:
@@ -142,42 +150,55 @@ def bandwidth_metrics(
     tensor_copy: Callable[[int], Callable[[], object]],
     tensor_bytes: int,
     metrics: set[str] | None = None,
+    stored: dict[str, float] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Per variant, the ``METRICS`` of one case: all of them, or (``metrics``) those named and what comes free
     with them. ``workload(impl, rotate)`` is one call of a variant or a reference cycling through ``rotate``
     input sets, ``nbytes`` the fewest bytes a call must move, and ``tensor_copy(rotate)`` a copy of one of the
     case's ``tensor_bytes`` tensors into another, cycled alike. A reference, a copy or the host's cost that no
-    named metric needs is not measured: the PR check asks for the values the gate bounds, no more.
+    named metric needs is not measured: the PR check asks for the values the gate bounds, no more. A reference
+    or copy in ``stored`` (ms per call, ``kernelgate.measure.references``) is not timed either: the variants'
+    values are read against that time. Beside the variants, ``references.TIMES`` holds the times of the
+    references and copies that were timed.
 
     Device times are do_bench medians (L2 flushed before every run) of a CUDA graph of back-to-back calls on
     rotated inputs (``workloads.batched``), per call, references included, measured interleaved: the kernels,
     not the launch path, which ``host_us`` measures on its own, alternately with eager torch and torch.compile
     (a ratio does not depend on the host's CPU). Under the interpreter only the speedup over torch, GB/s and the
-    host's cost are measured (smoke values).
+    host's cost are measured (smoke values), and nothing stored is read.
     """
     gpu = timing.gpu_timing()
     wanted = {metric.name for metric in METRICS} if metrics is None else set(metrics)
-    # Eager torch, the baseline, is always timed: speedup_vs_torch and gbps come with every case.
+    stored = dict(stored or {}) if gpu else {}
+    # Eager torch, the baseline, is always read: speedup_vs_torch and gbps come with every case.
     read = {ref for metric in METRICS if metric.name in wanted for ref in metric.references}
-    references = [BASELINE, *(ref for ref in REFERENCES if ref != BASELINE and gpu and ref in read)]
-    impls = variants + references
+    refs = [BASELINE, *(ref for ref in REFERENCES if ref != BASELINE and gpu and ref in read)]
+    # The host's cost is the CPU's, never stored: host ratios read eager torch and torch.compile run alongside.
+    host_refs = [ref for ref in refs if ref != "liger"] if wanted & HOST_METRICS else []
+    timed_refs = [ref for ref in refs if ref not in stored]
     rotate = rotations(nbytes)
-    eager = {impl: warmed(workload(impl, rotate)) for impl in impls}
+    eager = {impl: warmed(workload(impl, rotate)) for impl in dict.fromkeys(variants + timed_refs + host_refs)}
     host = {}
-    if wanted & HOST_METRICS:
+    if host_refs:
         # Many short loops: their least is the host's cost (timing.least_ratio). The interpreter takes ms a call.
         loops = dict(calls=10, rounds=50) if gpu else dict(calls=1, rounds=1)
         # The host ratios are to eager torch's and torch.compile's, the calls a user would otherwise make.
-        host = timing.interleaved_enqueue_us({impl: eager[impl] for impl in impls if impl != "liger"}, **loops)
-    fns = {impl: batched(fn, rotate) for impl, fn in eager.items()}
+        host = timing.interleaved_enqueue_us({impl: eager[impl] for impl in variants + host_refs}, **loops)
+    fns = {impl: batched(eager[impl], rotate) for impl in variants + timed_refs}
     copies = {}  # {metric: (copy, bytes it moves)}: the variant's bandwidth as % of the copy's
     if gpu and "pct_peak" in wanted:
-        fns["copy"], copies["pct_peak"] = timing.copy(), ("copy", 2 * timing.COPY_BYTES)
+        copies["pct_peak"] = ("copy", 2 * timing.COPY_BYTES)
+        if "copy" not in stored:
+            fns["copy"] = timing.copy()
     if gpu and "pct_tensor_copy" in wanted:
-        fns["tensor_copy"] = batched(tensor_copy(rotate), rotate)
         copies["pct_tensor_copy"] = ("tensor_copy", 2 * tensor_bytes)
+        if "tensor_copy" not in stored:
+            fns["tensor_copy"] = batched(tensor_copy(rotate), rotate)
     t = timing.interleaved_ms(fns)
-    measured = {}
+    timed = {name: statistics.median(t[name]) for name in fns if name not in variants} if gpu else {}
+    rounds = len(t[variants[0]])
+    t.update({name: [ms] * rounds for name, ms in stored.items()})  # a constant series: its median_ratio is the ratio
+    measured: dict[str, dict[str, float]] = {}
     for variant in variants:
         m = {
             "speedup_vs_torch": timing.median_ratio(t[BASELINE], t[variant]),
@@ -186,15 +207,17 @@ def bandwidth_metrics(
         if host:
             m["host_us"] = min(host[variant])
             m["host_vs_torch"] = timing.least_ratio(host[variant], host[BASELINE])
-        if "torch_compile" in t:
+        if "torch_compile" in refs:
             m["speedup_vs_compile"] = timing.median_ratio(t["torch_compile"], t[variant])
         if "torch_compile" in host:
             m["host_vs_compile"] = timing.least_ratio(host[variant], host["torch_compile"])
-        if "liger" in t:
+        if "liger" in refs:
             m["speedup_vs_liger"] = timing.median_ratio(t["liger"], t[variant])
         for metric, (copy, copied) in copies.items():
             m[metric] = timing.pct_of_reference(nbytes, copied, t[copy], t[variant])
         measured[variant] = m
+    if timed:
+        measured[references.TIMES] = timed
     return measured
 
 

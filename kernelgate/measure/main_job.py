@@ -6,7 +6,8 @@ of a process per benchmark as ``asv run`` starts (about 4 s each, longer than mo
 measure). So main's history and a pull request's verdict come from the same samples. With several
 identical GPUs, each runs its own process on a share of the cases (``--gpus``). The results are asv
 result files under the commit at HEAD and this machine's name; ``asv publish`` then builds the HTML
-history and ``kernelgate.report.bench`` prints the table and writes the chart.
+history and ``kernelgate.report.bench`` prints the table and writes the chart. On a GPU the references'
+times the metrics took are stored for the PR check (``kernelgate.measure.references``).
 
 With a GPU, each GPU's JIT caches are filled first for its share, in parallel processes
 (``kernelgate.measure.warm``). Without one every case is sampled once, in Triton's interpreter, at
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from kernelgate import cli
 from kernelgate.asv_case import Case
-from kernelgate.measure import results, shards, workers
+from kernelgate.measure import references, results, shards, workers
 from kernelgate.measure.device_info import machine_entry
 from kernelgate.measure.parallel import default_jobs
 from kernelgate.measure.steps import Steps
@@ -74,9 +75,34 @@ def visible_gpus(wanted: int | None) -> list[str]:
 
 
 def head_side(commit: str, gpu: str | None) -> workers.Side:
+    """The worker of ``gpu`` (None: the interpreter's), which records the references its metrics time
+    (``reference_times``)."""
     env = {**os.environ, **({} if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu})}
     log = LOGS_DIR / f"worker-gpu{gpu}.log" if gpu is not None else LOGS_DIR / "worker.log"
+    env[references.RECORD_ENV] = str(_times_file(gpu).resolve())
     return workers.Side("head", commit, Path.cwd(), Path(sys.executable), env, log.resolve())
+
+
+def _times_file(gpu: str | None) -> Path:
+    return LOGS_DIR / f"reference-times-gpu{gpu}.jsonl"
+
+
+def record_references(commit: str, gpus: list[str]) -> None:
+    """The references' times the GPUs' workers recorded, added to the store (``kernelgate.measure.references``)
+    under each suite's environment, for the PR check to read head's metrics against."""
+    from kernelgate.cases import SUITES
+
+    suite_of = {grid.name: suite.name for suite in SUITES for grid in suite.grids}
+    times: dict[str, dict[str, dict[str, float]]] = {}
+    for gpu in gpus:
+        for case, refs in references.recorded(_times_file(gpu)).items():
+            times.setdefault(suite_of[case.split("/")[0]], {})[case] = refs
+    read = lambda path: Path(path).read_bytes() if Path(path).is_file() else None
+    for suite, suite_times in sorted(times.items()):
+        env = references.environment(suite, read)
+        if env is not None:
+            stored = references.record(references.store(), env, suite_times, commit)
+            print(f"{suite}: {len(suite_times)} cases' reference times in {stored}", flush=True)
 
 
 def warm_up(cases: list[Case], side: workers.Side, jobs: int) -> None:
@@ -138,6 +164,8 @@ def main(argv: list[str]) -> int:
         where = f"{len(gpus)} GPU(s)" if gpus else "Triton's interpreter"
         print(f"{len(cases)} cases of {commit[:8]} on {machine['machine']}, {where}", flush=True)
     with steps("JIT warm-up and benchmarks" if args.gpu else "benchmarks"):
+        for gpu in gpus or [None]:
+            _times_file(gpu).unlink(missing_ok=True)
         try:
             records = measure(commit, cases, gpus, GPU_SAMPLES if args.gpu else 1)
         except workers.WorkerError as exc:
@@ -146,6 +174,8 @@ def main(argv: list[str]) -> int:
         results.write_suite(RESULTS_DIR / "benchmarks.json", suite)
         results.write_machine(RESULTS_DIR, machine)
         results.write_commit(RESULTS_DIR, machine, commit, date_ms, suite, records, env_name=ENV_NAME, update=True)
+        if gpus:
+            record_references(commit, gpus)
         subprocess.run([sys.executable, "-m", "asv", "publish"], check=True)
     print_table(machine["machine"], commit)
     print(f"\nHTML history: {Path('.asv/html/index.html').resolve()}\n\n{steps.table()}", flush=True)

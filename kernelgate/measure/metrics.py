@@ -19,8 +19,9 @@ import json
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from kernelgate.measure import timing
+from kernelgate.measure import references, timing
 from kernelgate.suite import Grid
 
 # The parameter combinations a run needs, as a JSON list of lists (set by the benchmark worker,
@@ -71,7 +72,9 @@ def tracked_metrics(count: int) -> list[str | None]:
 def measure_selected(grid: Grid, params: list[list]) -> dict[str, dict | str]:
     """The metrics of a metrics class's selected cases (its ``params``' combinations that ``selected_params``
     gives): each case (the leading parameters) once, its selected variants side by side, for the metrics asked
-    of it (``tracked_metrics``; all where any combination asks for every one)."""
+    of it (``tracked_metrics``; all where any combination asks for every one), against the references' stored
+    times where the worker was given them; the references timed are recorded where it was told to
+    (``kernelgate.measure.references``)."""
     variants: dict[tuple, set] = {}
     wanted: dict[tuple, set | None] = {}
     combos = selected_params(params)
@@ -80,12 +83,33 @@ def measure_selected(grid: Grid, params: list[list]) -> dict[str, dict | str]:
         variants.setdefault(key, set()).add(variant)
         asked = wanted.setdefault(key, set())
         wanted[key] = None if asked is None or metric is None else {*asked, metric}
-    return measure_cases({
+    stored = _stored_times()
+    measured = measure_cases({
         case_key(*case): functools.partial(
-            grid.measure, *case, variants=[v for v in grid.variants if v in chosen], metrics=wanted[case]
+            grid.measure, *case, variants=[v for v in grid.variants if v in chosen], metrics=wanted[case],
+            stored=stored.get(references.case_name(grid.name, case)),
         )
         for case, chosen in sorted(variants.items())
     })  # fmt: skip
+    _record_times(measured, {case_key(*case): references.case_name(grid.name, case) for case in variants})
+    return measured
+
+
+def _stored_times() -> dict[str, dict[str, float]]:
+    path = os.environ.get(references.STORED_ENV)
+    return json.loads(Path(path).read_text()) if path else {}
+
+
+def _record_times(measured: dict[str, dict | str], names: dict[str, str]) -> None:
+    """Append each case's timed references, under its name in the store (``names``), to the file the worker was
+    told to record them in, a line each."""
+    path = os.environ.get(references.RECORD_ENV)
+    if not path:
+        return
+    with open(path, "a") as out:
+        for key, result in measured.items():
+            if isinstance(result, dict) and references.TIMES in result:
+                out.write(json.dumps([names[key], result[references.TIMES]]) + "\n")
 
 
 def case_metrics(results: dict[str, dict | str], key: str) -> dict:

@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 
 from kernelgate import cli
-from kernelgate.measure import workers
+from kernelgate.measure import references, workers
 from kernelgate.measure.steps import Steps
 from kernelgate.prcheck import check, isolation, selection
 from kernelgate.prcheck.check import CheckError, Plan
@@ -51,6 +51,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.add_argument(
             "--cache", type=Path, default=cache, help="JIT caches, a folder per role ($KERNELGATE_CACHE)"
         )
+        parser.add_argument(
+            "--references", type=Path, default=references.store(),
+            help="the references' stored times, which main's runs record ($KERNELGATE_REFERENCES, else %(default)s)",
+        )  # fmt: skip
         runner = os.environ.get("KERNELGATE_RUNNER_PYTHON", sys.executable)
         parser.add_argument("--runner-python", default=runner, help="the provisioned runner environment's Python")
         parser.add_argument(
@@ -70,7 +74,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         )
     args = parser.parse_args(rest)
     args.command = command
-    for name in ("out", "work", "cache"):  # the steps run in other folders (each commit's checkout)
+    for name in ("out", "work", "cache", "references"):  # the steps run in other folders (each commit's checkout)
         if hasattr(args, name):
             setattr(args, name, getattr(args, name).resolve())
     return args
@@ -81,6 +85,19 @@ def fenced(text: str, language: str) -> list[str]:
     the pull request cannot close the block and write into the report around it."""
     fence = "`" * max(3, 1 + max(map(len, re.findall(r"`+", text)), default=0))
     return [f"{fence}{language}", text, fence]
+
+
+def references_lines(plan: Plan) -> list[str]:
+    """Which of head's metrics cases were read against the references' times stored for its environment."""
+    found = {name: f for name, f in plan.references.items() if f["stored"]}
+    if not plan.references:
+        return []
+    if not found:
+        return ["Head's metrics were timed beside their references: none are stored for this environment.", ""]
+    told = [f"{name} {f['stored']} of {f['cases']} (timed by main at `{f['commit'][:12]}`)"
+            for name, f in found.items()]  # fmt: skip
+    return [f"Head's metrics read against the references' times stored for this environment: {', '.join(told)}; "
+            "the rest, and every floor passed narrowly, timed beside their references.", ""]  # fmt: skip
 
 
 def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: int, earlier: list) -> str:
@@ -110,7 +127,7 @@ def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: 
         ]
         if not plan.groups:
             lines.append("- nothing: no changed path selects a group (pr-check.toml)")
-        lines.append("")
+        lines += ["", *references_lines(plan)]
         if plan.judging_changes:  # base's files judge; of head's changes, only added work and floors apply now
             lines += ["## Changes to the gate's files", "",
                       *fenced(plan.judging_changes.rstrip("\n"), "diff"), "",
@@ -158,8 +175,9 @@ def run(args: argparse.Namespace) -> int:
             return finish(out, plan, steps, None, 0)
         with contextlib.nullcontext() if args.skip_tests else check.tests_beside(plan, out, steps):
             cases = check.choose(plan, out, steps)
-            check.warm_up(plan, steps, cases)
-        records = check.measure(plan, steps, cases)
+            stored = check.stored_references(plan, out, cases["head"], args.references)
+            check.warm_up(plan, steps, cases, stored)
+        records = check.measure(plan, steps, cases, stored)
         (out / check.MEASUREMENTS).write_text(json.dumps(records))
         check.write_results(plan, out, records)
         plan.save(out)  # the gate's re-measurement reads it

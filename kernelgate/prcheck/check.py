@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelgate.asv_case import Case
-from kernelgate.measure import results, shards, workers
+from kernelgate.measure import references, results, shards, workers
 from kernelgate.measure.device_info import machine_entry
 from kernelgate.measure.parallel import available_cpus, default_jobs
 from kernelgate.measure.steps import Steps
@@ -120,6 +120,8 @@ class Plan:
     cases: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     steps: list = dataclasses.field(default_factory=list)
     judging_changes: str = ""  # the pull request's diff of TRUSTED_FILES: reported, applied once merged
+    # Per suite, the references' times found stored for head's environment: key, cases, stored, commit.
+    references: dict[str, dict] = dataclasses.field(default_factory=dict)
 
     def save(self, out: Path) -> None:
         (out / "manifest.json").write_text(json.dumps(dataclasses.asdict(self), indent=1))
@@ -279,11 +281,15 @@ def choose(plan: Plan, out: Path, steps: Steps) -> dict[str, list[Case]]:
         return cases
 
 
-def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[Case]]) -> None:
+def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[Case]], stored: Path | None = None) -> None:
     """Both commits' JIT caches filled side by side, for the cases this run measures on each. Base times only
     this project's kernels: the references (each suite's ``jit_references``), which head's metrics compare
-    against, are warmed on head alone. A failed warm-up is not fatal: the benchmark's setup compiles what is
-    missing, outside the timed samples."""
+    against, are warmed on head alone, for the metrics cases whose references' times are not ``stored``
+    (``stored_references``; the time cases warm this project's kernels). A failed warm-up is not fatal: the
+    benchmark's setup compiles what is missing, outside the timed samples."""
+    if stored is not None:
+        found = json.loads(stored.read_text())
+        cases = {**cases, "head": [c for c in cases["head"] if c.kind == "time" or store_name(c) not in found]}
     with steps("JIT warm-up"), contextlib.ExitStack() as stack:
         running, jobs = [], default_jobs(12)
         # A third of the processes for base: head's torch.compile work is the longer path.
@@ -310,10 +316,50 @@ def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[Case]]) -> None:
                 print(f"{role}'s warm-up exited {code}: its benchmarks' setup compiles what is missing", flush=True)
 
 
-def measure(plan: Plan, steps: Steps, cases: dict[str, list[Case]]) -> dict:
-    """Measure the chosen cases, base and head interleaved; returns the records."""
+def measure(plan: Plan, steps: Steps, cases: dict[str, list[Case]], stored: Path | None = None) -> dict:
+    """Measure the chosen cases, base and head interleaved, head's metrics against the references' ``stored``
+    times (``stored_references``); returns the records."""
     with steps("benchmarks"):
-        return workers.measure([plan.side("base"), plan.side("head")], cases, progress=steps.progress)
+        head = plan.side("head")
+        if stored is not None:
+            head = dataclasses.replace(head, env={**head.env, references.STORED_ENV: str(stored)})
+        return workers.measure([plan.side("base"), head], cases, progress=steps.progress)
+
+
+def store_name(case: Case) -> str:
+    """A metrics case's name in the references' store (``references.case_name``): its grid and leading values."""
+    return references.case_name(case.benchmark.split(".")[1].removesuffix("Metrics"), case.values[:-1])
+
+
+def stored_references(plan: Plan, out: Path, head_cases: list[Case], store: Path) -> Path | None:
+    """The references' times ``store`` holds for head's environment, for the metrics cases head measures, in a
+    file head's worker reads (``kernelgate.measure.references``); ``plan.references`` says what was found for
+    each suite. None where nothing was."""
+    tree = Path(plan.sides["head"]["tree"])
+    read = lambda path: (tree / path).read_bytes() if (tree / path).is_file() else None
+    units: dict[str, set[str]] = {}  # suite: its metrics cases, by their name in the store
+    for case in head_cases:
+        if case.kind == "track":
+            units.setdefault(case.benchmark.split(".")[0].removeprefix("bench_"), set()).add(store_name(case))
+    found: dict[str, dict] = {}
+    for suite, wanted in sorted(units.items()):
+        env = references.environment(suite, read)
+        entry = references.lookup(store, env) if env is not None else None
+        times = {case: refs for case, refs in (entry or {}).get("times", {}).items() if case in wanted}
+        plan.references[suite] = {"key": references.key(env) if env else None, "cases": len(wanted),
+                                  "stored": len(times), "commit": (entry or {}).get("commit")}  # fmt: skip
+        found.update(times)
+        where = f" (timed by main at {entry['commit'][:12]})" if times else ""
+        print(f"{suite}: the references' times of {len(times)} of {len(wanted)} metrics cases stored for this "
+              f"environment{where}", flush=True)  # fmt: skip
+    if not found:
+        return None
+    path = out / "references" / "head.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(found))
+    path.parent.chmod(0o755)  # head's worker reads it, as head's user; it cannot write there
+    path.chmod(0o644)
+    return path
 
 
 def bounded_tracks(out: Path, gpu_class: str) -> Callable[[Case], bool]:
