@@ -116,6 +116,10 @@ class Suite:
     # (*leading) -> the case a smoke run (Triton's interpreter) ran in its place; None: its kernels need a GPU.
     smoke_label: Callable[..., str] | None = None
     notes: str = ""  # markdown bullets: what its tables' columns mean (the results page)
+    # (*leading, impl, gpu_class or None) -> the Triton launches one call makes, built by the kernel's own launchers
+    # on meta tensors, which kernelgate.explain compiles for sm_90 to compare two commits' kernels; [] for a
+    # reference. None: the suite's kernels are not compared so.
+    launches: Callable[..., list] | None = None
 
     def grid(self, name: str) -> Grid:
         return next(grid for grid in self.grids if grid.name == name)

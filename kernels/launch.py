@@ -1,7 +1,7 @@
 """Kernel launches, and the compiled kernels they bind to, for a Triton kernel's eager calls.
 
 A ``Launch`` is one kernel launch, fully specified: a kernel's ops build it, a tuner times it and
-``support.codegen`` compiles it ahead of time on meta tensors. Launched by ``kernel[grid](...)``,
+``kernelgate.explain.compiled`` compiles it ahead of time on meta tensors. Launched by ``kernel[grid](...)``,
 Triton binds and specializes its arguments, hashes a cache key and looks the compiled kernel up on
 every call: tens of microseconds of host time a call on an H200's host, more than eager torch's whole
 call for a short kernel.
@@ -25,7 +25,7 @@ from triton.runtime import driver
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
-    """One kernel launch: run it, or compile it ahead of time (``support.codegen`` builds it on meta
+    """One kernel launch: run it, or compile it ahead of time (``kernelgate.explain.compiled`` builds it on meta
     tensors to inspect the machine code)."""
 
     kernel: triton.JITFunction

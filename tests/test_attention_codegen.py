@@ -19,10 +19,10 @@ import inspect
 import re
 
 import pytest
-from support.codegen import sass
 from tilelang.cuda.backend import tilelang_callback_cuda_compile
 
 from kernelgate.cases.attention import CODEGEN_CASES, AttentionCase, attention_shape
+from kernelgate.explain.compiled import sass
 from kernelgate.kernels.attention import ACCUM_MODES, flash_attn_varlen_func, ops
 from kernelgate.kernels.device import interpreter_mode
 

@@ -1,5 +1,5 @@
 """Machine-code checks for the LayerNorm kernels, compiled ahead of time for
-sm_90 without a GPU (support.codegen). They catch performance regressions a
+sm_90 without a GPU (kernelgate.explain.compiled). They catch performance regressions a
 CPU-only CI can see: lost 128-bit memory access and register spills.
 
 Launches are built by the same functions the runtime uses, on meta tensors, so
@@ -12,10 +12,10 @@ import re
 
 import pytest
 import torch
-from support.codegen import compile_sm90, opcodes, resource_usage, sass
 
 from kernelgate.cases.common import DTYPES
 from kernelgate.cases.layer_norm import BENCH_SHAPES
+from kernelgate.explain.compiled import compile_sm90, opcodes, resource_usage, sass, spill_stores
 from kernelgate.kernels.device import interpreter_mode
 from kernelgate.kernels.layer_norm.config import (
     LaunchConfig,
@@ -32,7 +32,6 @@ from kernelgate.kernels.layer_norm.ops import (
     row_words,
     select_variant,
 )
-from kernelgate.tune.compile import spill_stores
 
 # One xdist worker compiles this module's kernels once (functools.cache, a disk cache per process).
 pytestmark = [

@@ -1,5 +1,5 @@
 """Machine-code checks for the RMSNorm kernels, compiled ahead of time for sm_90 without a GPU
-(support.codegen): lost 128-bit memory access, register spills, and the wait for the previous
+(kernelgate.explain.compiled): lost 128-bit memory access, register spills, and the wait for the previous
 kernel under programmatic dependent launch.
 
 Launches are built by the same functions the runtime uses, on meta tensors, so the kernels,
@@ -11,15 +11,14 @@ import re
 
 import pytest
 import torch
-from support.codegen import compile_sm90, resource_usage, sass
 
 from kernelgate.cases.common import DTYPES
 from kernelgate.cases.rms_norm import MODEL_WIDTHS
+from kernelgate.explain.compiled import compile_sm90, resource_usage, sass, spill_stores
 from kernelgate.kernels.device import interpreter_mode
 from kernelgate.kernels.layer_norm.ops import column_sum_launch
 from kernelgate.kernels.rms_norm.config import MAX_SHARED_BYTES, RMSNormConfig, heuristic_config
 from kernelgate.kernels.rms_norm.ops import backward_launch, forward_launch, groups_of
-from kernelgate.tune.compile import spill_stores
 
 # One xdist worker compiles this module's kernels once (functools.cache, a disk cache per process).
 pytestmark = [

@@ -183,6 +183,45 @@ def layer_norm_call(case: LayerNormCase, impl: str) -> Callable[..., torch.Tenso
 
 LAYER_NORM = bandwidth.RowOp(bench_case, layer_norm_call)
 
+
+def launches(shape: str, dtype: str, direction: str, impl: str, gpu: str | None = None) -> list:
+    """The kernels one call of ``impl`` launches for the case on a ``gpu``-class device (its tuned configurations),
+    on meta tensors (``Suite.launches``): the inference forward (fwd); the backward's row kernel and column kernel
+    (bwd); the training forward, then those (fwd+bwd)."""
+    if impl not in LAYER_NORM_VARIANTS:
+        return []
+    from kernelgate.kernels.layer_norm import ops
+    from kernelgate.kernels.layer_norm.config import launch_config
+
+    case = bench_case(shape, dtype)
+    dt, m, n = case.torch_dtype, case.m, case.n
+    x = torch.empty(m, n, dtype=dt, device="meta")
+    w = torch.empty(n, dtype=dt, device="meta")
+    stats = torch.empty(m, dtype=torch.float32, device="meta")
+    backward = ops.select_variant(impl, "bwd", dt, n, gpu)
+    bwd_cfg = launch_config(backward, "bwd", dt, n, gpu)
+    # The row slices' words, which the eager training forward zeroes after rstd (ops.backward_exchange_words).
+    words = ops.row_words(bwd_cfg.row_slices) if backward == "fused" and bwd_cfg.row_slices > 1 else 0
+    made = []
+    if direction != "bwd":
+        forward = ops.select_variant(impl, "fwd", dt, n, gpu)
+        training = direction == "fwd+bwd"
+        outputs = (stats, stats) if training else (None, None)
+        fwd_cfg = launch_config(forward, "fwd", dt, n, gpu)
+        zeroed = words if training and forward == "fused" else 0
+        made.append(ops.forward_launch(x, w, w, case.eps, forward, x, *outputs, fwd_cfg, exchange_words=zeroed))
+    if direction != "fwd":
+        row, partial = ops.backward_launch(x, x, w, w, stats, stats, backward, x, bwd_cfg, exchange_words=words)
+        if partial is None:
+            column = ops.column_grads_launch(x, x, stats, stats, w, w)
+        else:
+            groups = row.grid[0] // row.constexprs.get("SLICES", 1)
+            again = words if row.constexprs.get("EXCHANGE_AFTER_RSTD") else 0  # the column sum zeroes them again
+            column = ops.column_sum_launch(partial, groups, [w, w], stats, m, again)
+        made += [row, column]
+    return made
+
+
 NOTES = "- cases 8192xN at N from 768 to 32768 are the model widths, measured for `auto` alone.\n" + bandwidth.NOTES
 
 # The benchmark shapes, every variant beside every reference; then ``auto``, what a user calls, at the
@@ -216,4 +255,5 @@ SUITE = Suite(
     seconds=LAYER_NORM.seconds,
     smoke_label=LAYER_NORM.smoke_label,
     notes=NOTES,
+    launches=launches,
 )

@@ -182,6 +182,28 @@ def rms_norm_call(case: RMSNormCase, impl: str) -> Callable[..., torch.Tensor]:
 
 RMS_NORM = bandwidth.RowOp(bench_case, rms_norm_call)
 
+
+def launches(shape: str, dtype: str, direction: str, impl: str, gpu: str | None = None) -> list:
+    """The kernels one call of ``impl`` launches for the case, on meta tensors (``Suite.launches``): the inference
+    forward (fwd); the backward's row kernel and column sum (bwd); the training forward, then those (fwd+bwd)."""
+    if impl not in RMS_NORM_VARIANTS:
+        return []
+    from kernelgate.kernels.layer_norm.ops import column_sum_launch
+    from kernelgate.kernels.rms_norm.ops import backward_launch, forward_launch, groups_of
+
+    case = bench_case(shape, dtype)
+    x = torch.empty(case.m, case.n, dtype=case.torch_dtype, device="meta")
+    w = torch.empty(case.n, dtype=case.torch_dtype, device="meta")
+    rstd = torch.empty(case.m, dtype=torch.float32, device="meta")
+    made = []
+    if direction != "bwd":
+        made.append(forward_launch(x, w, case.resolved_eps, x, rstd if direction == "fwd+bwd" else None))
+    if direction != "fwd":
+        row, partial = backward_launch(x, x, w, rstd, x)
+        made += [row, column_sum_launch(partial, groups_of(row), [w])]
+    return made
+
+
 GRID = Grid(
     name="RMSNorm",
     time_method="time_rms_norm",
@@ -204,5 +226,6 @@ SUITE = Suite(
     jit_references=bandwidth.JIT_REFERENCES,
     seconds=RMS_NORM.seconds,
     smoke_label=RMS_NORM.smoke_label,
+    launches=launches,
     notes="- cases 8192xN at N from 768 to 32768 are the model widths.\n" + bandwidth.NOTES,
 )

@@ -139,6 +139,11 @@ def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: 
     gate_report = out / "gate" / "report.md"
     if gate_report.is_file():
         lines += [gate_report.read_text()]
+    explained = out / check.EXPLAIN
+    if explained.is_file():
+        lines += ["## What changed in the compiled kernels", "",
+                  "The worst failing cases, each commit's kernels compiled for sm_90 with its own launchers "
+                  "(`python -m kernelgate.explain`):", "", explained.read_text(), ""]  # fmt: skip
     lines += ["## Steps", "", steps.table(earlier), ""]
     text = "\n".join(lines)
     (out / "report.md").write_text(text)
@@ -182,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
         check.write_results(plan, out, records)
         plan.save(out)  # the gate's re-measurement reads it
         code = check.gate(plan, out, check.junit_files(out), steps)
+        if code == 1:
+            check.explain(plan, out, steps)
     except (CheckError, workers.WorkerError, selection.SelectionError, isolation.IsolationError, OSError,
             subprocess.SubprocessError) as exc:  # fmt: skip
         return finish(out, plan, steps, f"{type(exc).__name__}: {exc}", 2)

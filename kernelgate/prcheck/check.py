@@ -443,6 +443,43 @@ def gate(plan: Plan, out: Path, junit: list[Path], steps: Steps, recorded: bool 
         return subprocess.run(argv, check=False).returncode
 
 
+# A red check explains its worst failing cases from the kernels each commit compiles for them, at most this many.
+EXPLAINED_CASES = 5
+EXPLAIN = "explain.md"  # in the output folder; the report includes it
+
+
+def explain(plan: Plan, out: Path, steps: Steps) -> None:
+    """For a red verdict's worst failing cases, both commits' kernels compiled side by side (``kernelgate.explain``:
+    each commit's own launchers, in its environment, as its user), with a "why" line each, in ``EXPLAIN``. It runs
+    after the verdict and never changes it; what fails here is said there."""
+    findings = json.loads((out / "gate" / "verdict.json").read_text()).get("findings", [])
+    failing = sorted((f for f in findings if f.get("verdict") == "fail" and f.get("remeasure")),
+                     key=lambda f: -(f.get("badness") or 0))  # fmt: skip
+    case_ids = list(dict.fromkeys(case for f in failing for role, case in f["remeasure"] if role == "head"))
+    case_ids = case_ids[:EXPLAINED_CASES]
+    if not case_ids:
+        return
+    from kernelgate.explain.__main__ import report
+
+    with steps("explain"), contextlib.suppress(Exception):  # evidence, never a verdict: what broke is said instead
+        (out / EXPLAIN).write_text("Not explained: the step stopped before it compared the kernels.\n")
+        codes = {}
+        for role in ("base", "head"):
+            side = plan.side(role)
+            argv = [str(side.python), "-m", "kernelgate.explain", "compiled", *case_ids,
+                    "--gpu-class", plan.machine.get("gpu_class", "")]  # fmt: skip
+            try:
+                done = subprocess.run(argv, cwd=side.tree, env=side.env, capture_output=True, text=True, timeout=300,
+                                      **side.as_user)  # fmt: skip
+                codes[role] = json.loads(done.stdout) if done.returncode == 0 else None
+                why_not = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            except (OSError, subprocess.SubprocessError, ValueError) as exc:
+                codes[role], why_not = None, f"{type(exc).__name__}: {exc}"
+            if not isinstance(codes[role], dict):
+                codes[role] = {case: {"error": f"its kernels were not compiled ({why_not})"} for case in case_ids}
+        (out / EXPLAIN).write_text(report(codes["base"], codes["head"], case_ids))
+
+
 def complete_test_report(path: Path) -> bool:
     """pytest wrote the whole file: it parses (a shard may draw no test, and its report is then empty)."""
     try:

@@ -10,13 +10,13 @@ stores them to local memory (STL in its SASS).
 
 import dataclasses
 import functools
-import re
 import time
 
 import torch
 from triton.runtime.errors import OutOfResources
 
 from kernelgate.cases.common import DTYPES
+from kernelgate.explain.compiled import spill_stores
 from kernelgate.kernels.layer_norm.config import LaunchConfig
 from kernelgate.kernels.layer_norm.ops import backward_launch, forward_launch
 from kernelgate.measure.parallel import in_worker_processes
@@ -63,11 +63,6 @@ def check(task: CompileTask) -> str | None:
     if kernel.n_spills and (stores := spill_stores(kernel.asm["sass"])):
         return f"spills registers ({stores} stores to local memory)"
     return None
-
-
-def spill_stores(sass: str) -> int:
-    """Stores to local memory (STL) in a kernel's SASS: how its spilled registers leave the register file."""
-    return len(re.findall(r"\bSTL(?:\.[A-Z0-9]+)*\s", sass))
 
 
 def compile_all(tasks: list[CompileTask], jobs: int, report_every_s: float = 10.0) -> dict[CompileTask, str | None]:

@@ -92,7 +92,7 @@ _PDL_OFF = os.environ.get(PDL_ENV) == "0"
 
 
 def _on_sm90(t: torch.Tensor) -> bool:
-    """``t``'s GPU is sm_90 or newer. Meta tensors stand for the sm_90 target ``support.codegen``
+    """``t``'s GPU is sm_90 or newer. Meta tensors stand for the sm_90 target ``kernelgate.explain.compiled``
     compiles their launches for."""
     return t.is_meta or (t.is_cuda and is_sm90_or_newer(t.device.index or 0))
 

@@ -1,0 +1,146 @@
+"""kernelgate.explain: two commits' kernels for a case, compiled for sm_90 without a GPU, and the "why" line that
+names what changed. Each cause the PR check must explain is made here by changing a real launch: a launch added
+to a call, a configuration that spills, a lost 128-bit access, another block size."""
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelgate.explain import __main__ as explain
+from kernelgate.explain.compiled import KernelCode, instruction_mix, kernel_code, occupancy
+from kernelgate.explain.diff import changes, table, why
+from kernelgate.kernels.device import interpreter_mode
+from kernelgate.kernels.rms_norm.config import heuristic_config
+from kernelgate.kernels.rms_norm.ops import backward_launch, forward_launch
+from kernelgate.measure.steps import Steps
+from kernelgate.prcheck import check
+
+pytestmark = [
+    pytest.mark.skipif(interpreter_mode(), reason="ahead-of-time compile: runs in the compiled pytest process"),
+    pytest.mark.xdist_group("explain"),
+]
+
+
+def _rows(n: int, dtype=torch.bfloat16, m: int = 8192):
+    x = torch.empty(m, n, dtype=dtype, device="meta")
+    return x, torch.empty(n, dtype=dtype, device="meta"), torch.empty(m, dtype=torch.float32, device="meta")
+
+
+def _forward(n: int, **changed) -> KernelCode:
+    x, w, rstd = _rows(n)
+    launch = forward_launch(x, w, 1e-6, x, rstd)
+    return kernel_code(dataclasses.replace(launch, **changed) if changed else launch)
+
+
+def test_a_spilling_configuration_is_named_first():
+    x, w, rstd = _rows(16384)
+    sliced = kernel_code(backward_launch(x, x, w, rstd, x)[0])
+    whole_row = dataclasses.replace(heuristic_config("bwd", torch.bfloat16, 16384), row_slices=1, block_n=16384,
+                                    num_warps=16)  # fmt: skip
+    spilling = kernel_code(backward_launch(x, x, w, rstd, x, whole_row)[0])
+    assert spilling.spill_stores > 0 and sliced.spill_stores == 0
+    line = why([sliced], [spilling])
+    assert line.startswith("sliced_bwd_kernel → bwd_kernel spills ("), line
+
+
+def test_a_lost_128_bit_access_is_named():
+    # 4104 columns: a multiple of 8 (16 bytes of bf16) but not of 16, so only the launcher's VEC hint gives the
+    # kernel 16-byte accesses; without it (VEC=1, as for a misaligned row) they narrow.
+    x, w, rstd = _rows(4104)
+    launch = forward_launch(x, w, 1e-6, x, rstd)
+    aligned = kernel_code(launch)
+    narrow = kernel_code(dataclasses.replace(launch, constexprs={**launch.constexprs, "VEC": 1}))
+    assert aligned.mix["load 128"] > narrow.mix["load 128"]
+    line = why([aligned], [narrow])
+    assert "fwd_kernel lost 128-bit loads" in line or "fwd_kernel lost 128-bit stores" in line, line
+
+
+def test_another_block_size_is_named():
+    x, w, rstd = _rows(1024)
+    cfg = heuristic_config("fwd", torch.bfloat16, 1024)
+    base = kernel_code(forward_launch(x, w, 1e-6, x, rstd, cfg))
+    head = kernel_code(forward_launch(x, w, 1e-6, x, rstd, dataclasses.replace(cfg, num_warps=cfg.num_warps * 2)))
+    assert f"fwd_kernel runs {cfg.num_warps * 2} warps a program, base {cfg.num_warps}" in changes([base], [head])
+
+
+def test_an_added_launch_is_named_first():
+    forward = _forward(4096)
+    line = why([forward], [forward, forward])
+    assert line.startswith("a call launches 2 kernels, base 1 (fwd_kernel)"), line
+    assert why([forward], [forward]).startswith("the compiled kernels are the same")
+
+
+def test_occupancy_is_the_tightest_of_an_sms_limits():
+    assert occupancy(registers=64, shared=0, threads=512) == 2  # registers: 65536 / (64 * 512)
+    assert occupancy(registers=32, shared=0, threads=128) == 16  # threads: 2048 / 128
+    assert occupancy(registers=16, shared=0, threads=32) == 32  # blocks
+    assert occupancy(registers=33, shared=0, threads=256) == 6  # 40 registers allocated: 65536 / 10240
+    assert occupancy(registers=32, shared=100 * 1024, threads=128) == 2  # shared memory
+    assert occupancy(registers=255, shared=0, threads=1024) == 0  # does not fit
+
+
+def test_the_instruction_mix_tells_widths_apart():
+    sass = "\n".join(f"        /*{i:04x}*/                   {op} R1, [R2.64] ;" for i, op in enumerate(
+        ["LDG.E.128", "LDG.E.64", "LDG.E", "@P0 STG.E.128", "STG.E.U16", "LDGSTS.E.BYPASS.128", "RED.E.ADD.F32",
+         "HGMMA.64x128x16.F32", "BAR.SYNC", "FFMA"]))  # fmt: skip
+    mix = instruction_mix(sass)
+    assert {k: v for k, v in mix.items() if v} == {"load 128": 1, "load 64": 1, "load": 1, "store 128": 1, "store": 1,
+                                                  "cp.async 128": 1, "atomic/reduction": 1, "tensor core": 1,
+                                                  "barrier": 1, "total": 10}  # fmt: skip
+
+
+def test_the_command_compiles_a_commits_cases_and_diffs_two(tmp_path, capsys):
+    """``compiled`` on each commit's cases, ``diff`` on the two outputs; a case a suite cannot compile says why."""
+    rms = "bench_rms_norm.RMSNorm.time_rms_norm('8192x4096', 'bfloat16', 'fwd+bwd', 'auto')"
+    ln = "bench_layer_norm.LayerNormMetrics.track_speedup_vs_torch('8192x16384', 'bfloat16', 'bwd', 'auto')"
+    attention = "bench_attention.AttentionBackward.time_backward('seed-gqa-192-128-causal', 'tma')"
+    assert explain.main(["compiled", rms, ln, attention, "not an id", "--gpu-class", "H200"]) == 0
+    head = json.loads(capsys.readouterr().out)
+    assert [k["kernel"] for k in head[rms]] == ["fwd_kernel", "bwd_kernel", "column_sum_kernel"]
+    assert [k["kernel"] for k in head[ln]] == ["fused_bwd_kernel", "column_sum_kernel"]
+    assert (
+        "not compiled for comparison" in head[attention]["error"] and "not an asv case id" in head["not an id"]["error"]
+    )
+    base = {**head, rms: head[rms][:2]}  # base launched no column sum
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    (tmp_path / "head.json").write_text(json.dumps(head))
+    assert explain.main(["diff", str(tmp_path / "base.json"), str(tmp_path / "head.json")]) == 0
+    out = capsys.readouterr().out
+    assert f"**`{rms}`**\n\n- why: a call launches 3 kernels, base 2 (column_sum_kernel)" in out
+    assert "| column_sum_kernel (head only) |" in out
+    assert f"**`{ln}`**\n\n- why: the compiled kernels are the same" in out
+    assert "compiled code not compared: base: ValueError: the attention suite's kernels" in out
+
+
+def test_the_table_shows_each_change_as_base_to_head():
+    base, head = _forward(4096), _forward(4096, num_warps=8)
+    text = table([base], [head])
+    assert text.splitlines()[2].startswith(f"| fwd_kernel | {base.warps} → 8 |"), text
+
+
+def test_a_red_check_explains_its_worst_failing_cases(tmp_path):
+    """After a red verdict the check compiles the worst failing cases' kernels with each commit's own code, in each
+    commit's environment, and writes what changed where the report includes it; cases with no head reading (a
+    removal) are not asked for."""
+    root = Path(__file__).resolve().parents[1]
+    rms = "bench_rms_norm.RMSNorm.time_rms_norm('8192x1024', 'bfloat16', 'fwd', 'auto')"
+    findings = [
+        {"verdict": "fail", "badness": 1.2, "remeasure": [["base", rms], ["head", rms]]},
+        {"verdict": "fail", "badness": 1.5, "remeasure": []},
+        {"verdict": "pass", "badness": 0.9, "remeasure": [["head", "bench_rms_norm.RMSNorm.x('1')"]]},
+    ]
+    (tmp_path / "gate").mkdir()
+    (tmp_path / "gate" / "verdict.json").write_text(json.dumps({"findings": findings}))
+    side = {"tree": str(root), "python": sys.executable, "env": dict(os.environ), "log": str(tmp_path / "log")}
+    plan = check.Plan("a" * 40, "b" * 40, {"gpu_class": "H200"}, ["rms_norm"], {}, (1, 1), [], [],
+                      sides={"base": {**side, "commit": "a" * 40}, "head": {**side, "commit": "b" * 40}})  # fmt: skip
+    steps = Steps()
+    check.explain(plan, tmp_path, steps)
+    text = (tmp_path / check.EXPLAIN).read_text()
+    assert text.startswith(f"**`{rms}`**\n\n- why: the compiled kernels are the same"), text
+    assert "| fwd_kernel |" in text and [name for name, *_ in steps.times] == ["explain"]
