@@ -861,6 +861,18 @@ def test_the_merge_command_judges_the_shards_and_reports(shard_run, tmp_path):
     assert (code, verdict["exit_code"]) == (2, 2) and "shard-3 of 3 left no results" in report
 
 
+def test_the_merged_report_gathers_each_red_shards_explanation(shard_run, tmp_path):
+    """A red shard explains its failing cases from the compiled kernels (check.explain); the merged report, which
+    the pull request's comment shows, carries each shard's."""
+    run = shard_run()
+    one, two = run.two_shards()
+    (one / check.EXPLAIN).write_text("**`case one`**\n\n- why: fused_bwd_kernel spills\n")
+    (two / check.EXPLAIN).write_text("**`case two`**\n\n- why: a call launches 3 kernels, base 2\n")
+    _, _, report = _merge(run, tmp_path / "verdict")
+    section = report.split("## What changed in the compiled kernels", 1)[1]
+    assert "fused_bwd_kernel spills" in section and "a call launches 3 kernels, base 2" in section
+
+
 def test_one_shard_and_two_give_the_same_verdict(shard_run, tmp_path):
     """The same measurements, taken by one GPU job or split over two, judged alike."""
     run = shard_run()

@@ -469,7 +469,7 @@ def explain(plan: Plan, out: Path, steps: Steps) -> None:
             argv = [str(side.python), "-m", "kernelgate.explain", "compiled", *case_ids,
                     "--gpu-class", plan.machine.get("gpu_class", "")]  # fmt: skip
             try:
-                done = subprocess.run(argv, cwd=side.tree, env=side.env, capture_output=True, text=True, timeout=300,
+                done = subprocess.run(argv, cwd=side.tree, env=side.env, capture_output=True, text=True, timeout=120,
                                       **side.as_user)  # fmt: skip
                 codes[role] = json.loads(done.stdout) if done.returncode == 0 else None
                 why_not = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -572,6 +572,9 @@ def merge_shards(folder: Path, count: int, expected: "Plan", out: Path) -> Plan:
         for xml in junit_files(d):
             (out / "junit").mkdir(exist_ok=True)
             shutil.copy(xml, out / "junit" / f"shard-{p.shard[0]}-{xml.name}")
+    explained = [d / EXPLAIN for d in shard_dirs if (d / EXPLAIN).is_file()]  # each red shard's, for the report
+    if explained:
+        (out / EXPLAIN).write_text("\n".join(path.read_text() for path in explained))
     plan = dataclasses.replace(merged, cases={role: sorted(records[role]) for role in records})
     (out / MEASUREMENTS).write_text(json.dumps(records))
     (out / REMEASURED).write_text(json.dumps(again))
