@@ -188,6 +188,17 @@ def perf(session: nox.Session) -> None:
     session.run(python, "-m", "pytest", *args, env=env, external=True)
 
 
+@nox.session
+def explain(session: nox.Session) -> None:
+    """What a change does to the compiled kernels, without a GPU (docs/pr-check.md): every case of the suites the
+    change selects, each commit compiled by its own code for sm_90. ``nox -s explain -- --base REF [--head REF]``;
+    extra arguments go to ``python -m kernelgate.explain changes``."""
+    python = install(session)
+    if session.venv_backend != "none":  # each commit is installed on top of this environment's packages, offline
+        session.install(lock_pin("setuptools"))
+    session.run(python, "-m", "kernelgate.explain", "changes", *session.posargs, external=True)
+
+
 @nox.session(name="pr-check")
 def pr_check(session: nox.Session) -> None:
     """The pull request's GPU check (docs/pr-check.md): environment, the GPU tests of the affected

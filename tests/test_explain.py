@@ -5,6 +5,7 @@ to a call, a configuration that spills, a lost 128-bit access, another block siz
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from kernelgate.explain import __main__ as explain
+from kernelgate.explain import changes as changes_module
 from kernelgate.explain.compiled import KernelCode, instruction_mix, kernel_code, occupancy
 from kernelgate.explain.diff import changes, table, why
 from kernelgate.kernels.device import interpreter_mode
@@ -45,7 +47,9 @@ def test_a_spilling_configuration_is_named_first():
     spilling = kernel_code(backward_launch(x, x, w, rstd, x, whole_row)[0])
     assert spilling.spill_stores > 0 and sliced.spill_stores == 0
     line = why([sliced], [spilling])
-    assert line.startswith("sliced_bwd_kernel → bwd_kernel spills ("), line
+    assert line.startswith(
+        f"sliced_bwd_kernel → bwd_kernel: spill stores to local memory 0 → {spilling.spill_stores}"
+    ), line
 
 
 def test_a_lost_128_bit_access_is_named():
@@ -57,7 +61,7 @@ def test_a_lost_128_bit_access_is_named():
     narrow = kernel_code(dataclasses.replace(launch, constexprs={**launch.constexprs, "VEC": 1}))
     assert aligned.mix["load 128"] > narrow.mix["load 128"]
     line = why([aligned], [narrow])
-    assert "fwd_kernel lost 128-bit loads" in line or "fwd_kernel lost 128-bit stores" in line, line
+    assert "fwd_kernel: 128-bit loads" in line or "fwd_kernel: 128-bit stores" in line, line
 
 
 def test_another_block_size_is_named():
@@ -65,13 +69,13 @@ def test_another_block_size_is_named():
     cfg = heuristic_config("fwd", torch.bfloat16, 1024)
     base = kernel_code(forward_launch(x, w, 1e-6, x, rstd, cfg))
     head = kernel_code(forward_launch(x, w, 1e-6, x, rstd, dataclasses.replace(cfg, num_warps=cfg.num_warps * 2)))
-    assert f"fwd_kernel runs {cfg.num_warps * 2} warps a program, base {cfg.num_warps}" in changes([base], [head])
+    assert f"fwd_kernel: warps a program {cfg.num_warps} → {cfg.num_warps * 2}" in changes([base], [head])
 
 
 def test_an_added_launch_is_named_first():
     forward = _forward(4096)
     line = why([forward], [forward, forward])
-    assert line.startswith("a call launches 2 kernels, base 1 (fwd_kernel)"), line
+    assert line.startswith("kernels a call launches 1 → 2 (added: fwd_kernel)"), line
     assert why([forward], [forward]).startswith("the compiled kernels are the same")
 
 
@@ -111,7 +115,7 @@ def test_the_command_compiles_a_commits_cases_and_diffs_two(tmp_path, capsys):
     (tmp_path / "head.json").write_text(json.dumps(head))
     assert explain.main(["diff", str(tmp_path / "base.json"), str(tmp_path / "head.json")]) == 0
     out = capsys.readouterr().out
-    assert f"**`{rms}`**\n\n- why: a call launches 3 kernels, base 2 (column_sum_kernel)" in out
+    assert f"**`{rms}`**\n\n- why: kernels a call launches 2 → 3 (added: column_sum_kernel)" in out
     assert "| column_sum_kernel (head only) |" in out
     assert f"**`{ln}`**\n\n- why: the compiled kernels are the same" in out
     assert "compiled code not compared: base: ValueError: the attention suite's kernels" in out
@@ -144,3 +148,49 @@ def test_a_red_check_explains_its_worst_failing_cases(tmp_path):
     text = (tmp_path / check.EXPLAIN).read_text()
     assert text.startswith(f"**`{rms}`**\n\n- why: the compiled kernels are the same"), text
     assert "| fwd_kernel |" in text and [name for name, *_ in steps.times] == ["explain"]
+
+
+def _git(repo: Path, *argv: str) -> str:
+    ident = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
+    return subprocess.run(["git", *ident, *argv], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_change_is_explained_for_the_suites_it_selects(tmp_path, monkeypatch):
+    """``explain changes`` compiles, at each commit and by its own code, every case of the suites the change
+    selects, and says how many cases launch other code and what changed; a change that selects none compiles
+    nothing."""
+    root = Path(__file__).resolve().parents[1]
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    for name in check.TRUSTED_FILES:
+        (repo / name).write_text((root / name).read_text())
+    (repo / "kernels" / "rms_norm").mkdir(parents=True)
+    (repo / "kernels" / "rms_norm" / "config.py").write_text("WARPS = 4\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base")
+    base = _git(repo, "rev-parse", "HEAD")
+    (repo / "kernels" / "rms_norm" / "config.py").write_text("WARPS = 8\n")
+    (repo / "docs").mkdir()
+    (repo / "docs" / "guide.md").write_text("words\n")
+    _git(repo, "commit", "-qam", "head")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "a doc")
+    monkeypatch.chdir(repo)
+    one, two = _forward(1024), _forward(1024, num_warps=8)
+    cases = [f"bench_rms_norm.RMSNorm.time_rms_norm('8192x{n}', 'bfloat16', 'fwd', 'auto')" for n in (1024, 2048)]
+    asked = []
+
+    def compiled_at(repo_, commit, suites, gpu, work):
+        asked.append((commit, suites, gpu))
+        code = two if commit != base else one
+        return {case: [dataclasses.asdict(code if i == 0 else one)] for i, case in enumerate(cases)}
+
+    monkeypatch.setattr(changes_module, "compiled_at", compiled_at)
+    text = changes_module.explain_change(base, "HEAD~1", "H200", tmp_path / "work")
+    assert [(suites, gpu) for _, suites, gpu in asked] == [(["rms_norm"], "H200")] * 2
+    assert "Compiled kernels of 2 cases at both commits: 1 launch other code." in text
+    assert f"fwd_kernel: warps a program {one.warps} → 8" in text and f"1 case(s), e.g. `{cases[0]}`" in text
+    asked.clear()
+    nothing = changes_module.explain_change("HEAD~1", "HEAD", "H200", tmp_path / "work")
+    assert "It selects no kernel's group" in nothing and not asked

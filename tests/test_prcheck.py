@@ -867,10 +867,10 @@ def test_the_merged_report_gathers_each_red_shards_explanation(shard_run, tmp_pa
     run = shard_run()
     one, two = run.two_shards()
     (one / check.EXPLAIN).write_text("**`case one`**\n\n- why: fused_bwd_kernel spills\n")
-    (two / check.EXPLAIN).write_text("**`case two`**\n\n- why: a call launches 3 kernels, base 2\n")
+    (two / check.EXPLAIN).write_text("**`case two`**\n\n- why: kernels a call launches 2 → 3\n")
     _, _, report = _merge(run, tmp_path / "verdict")
     section = report.split("## What changed in the compiled kernels", 1)[1]
-    assert "fused_bwd_kernel spills" in section and "a call launches 3 kernels, base 2" in section
+    assert "fused_bwd_kernel spills" in section and "kernels a call launches 2 → 3" in section
 
 
 def test_one_shard_and_two_give_the_same_verdict(shard_run, tmp_path):

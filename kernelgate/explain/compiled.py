@@ -30,7 +30,7 @@ SM90_REGISTER_UNIT = 8  # registers a thread is allocated in (256 a warp)
 SM90_SHARED_RESERVED = 1024  # shared memory the system takes per block
 
 
-def _signature(launch: Launch) -> tuple[dict, dict]:
+def argument_types(launch: Launch) -> tuple[dict, dict]:
     """Argument types, and the divisibility-16 hints Triton's JIT would derive
     for the same values (pointers from the caching allocator are aligned; ints
     that are multiples of 16 are specialized, unless the kernel opts out)."""
@@ -57,7 +57,7 @@ def compile_sm90(launch: Launch):
     """The compiled kernel (``.asm`` holds ttir, ttgir, llir, ptx and cubin), as an sm_90 device
     launches it: the launchers build launches on meta tensors as for one (``ops.pdl_of``, the
     fused forward's prefetch)."""
-    signature, attrs = _signature(launch)
+    signature, attrs = argument_types(launch)
     source = ASTSource(launch.kernel, signature, constexprs=launch.constexprs, attrs=attrs)
     return triton.compile(source, target=SM90, options={"num_warps": launch.num_warps, "launch_pdl": launch.pdl})
 

@@ -21,36 +21,38 @@ def _sum(code: KernelCode, names: tuple[str, ...]) -> int:
 
 
 def kernel_changes(base: KernelCode, head: KernelCode) -> list[tuple[float, str]]:
-    """(weight, phrase) for each change between two compiles of a launch; a larger weight, a likelier cause."""
+    """(weight, phrase) for each change between two compiles of a launch; a larger weight, a likelier cause. A
+    phrase reads ``kernel: what base → head``."""
     name = head.kernel if head.kernel == base.kernel else f"{base.kernel} → {head.kernel}"
     found = []
+
+    def changed(weight: float, what: str, before, after, note: str = "") -> None:
+        found.append((weight, f"{name}: {what} {before} → {after}{note}"))
+
     if head.spill_stores != base.spill_stores:
-        now = f"spills ({head.spill_stores} stores to local memory)" if head.spill_stores else "no longer spills"
-        found.append((100.0, f"{name} {now}, base {base.spill_stores}"))
+        changed(100.0, "spill stores to local memory", base.spill_stores, head.spill_stores)
+    wide = _sum(base, WIDE_LOADS), _sum(head, WIDE_LOADS)
+    narrow = _sum(base, NARROW_LOADS), _sum(head, NARROW_LOADS)
+    if wide[1] < wide[0] and narrow[1] > narrow[0]:
+        changed(80.0, "128-bit loads", *wide, f" (narrower ones {narrow[0]} → {narrow[1]})")
+    stores = base.mix.get("store 128", 0), head.mix.get("store 128", 0)
+    narrow_stores = _sum(base, ("store 64", "store")), _sum(head, ("store 64", "store"))
+    if stores[1] < stores[0] and narrow_stores[1] > narrow_stores[0]:
+        changed(80.0, "128-bit stores", *stores, f" (narrower ones {narrow_stores[0]} → {narrow_stores[1]})")
     if head.occupancy != base.occupancy:
-        found.append((50.0, f"{name} fits {head.occupancy} programs an SM, base {base.occupancy}"))
-    wide = _sum(head, WIDE_LOADS), _sum(base, WIDE_LOADS)
-    narrow = _sum(head, NARROW_LOADS), _sum(base, NARROW_LOADS)
-    if wide[0] < wide[1] and narrow[0] > narrow[1]:
-        lost = f"{wide[1]} → {wide[0]}, narrower ones {narrow[1]} → {narrow[0]}"
-        found.append((80.0, f"{name} lost 128-bit loads: {lost}"))
-    stores = head.mix.get("store 128", 0), base.mix.get("store 128", 0)
-    narrower_stores = _sum(head, ("store 64", "store")), _sum(base, ("store 64", "store"))
-    if stores[0] < stores[1] and narrower_stores[0] > narrower_stores[1]:
-        found.append((80.0, f"{name} lost 128-bit stores: {stores[1]} → {stores[0]}"))
+        changed(50.0, "programs an SM", base.occupancy, head.occupancy)
     if head.warps != base.warps:
-        found.append((40.0, f"{name} runs {head.warps} warps a program, base {base.warps}"))
-    if head.shared_bytes != base.shared_bytes:
-        kib = head.shared_bytes // 1024, base.shared_bytes // 1024
-        found.append((20.0, f"{name} takes {kib[0]} KiB of shared memory, base {kib[1]}"))
-    if abs(head.registers - base.registers) >= 8:
-        found.append((10.0, f"{name} takes {head.registers} registers a thread, base {base.registers}"))
+        changed(40.0, "warps a program", base.warps, head.warps)
     for cls, phrase in NOTED.items():
         if head.mix.get(cls, 0) != base.mix.get(cls, 0):
-            found.append((30.0, f"{name}: {phrase} {base.mix.get(cls, 0)} → {head.mix.get(cls, 0)}"))
-    total = head.mix.get("total", 0), base.mix.get("total", 0)
+            changed(30.0, phrase, base.mix.get(cls, 0), head.mix.get(cls, 0))
+    total = base.mix.get("total", 0), head.mix.get("total", 0)
     if min(total) and max(total) / min(total) >= TOTAL_RATIO:
-        found.append((25.0, f"{name} issues {total[0] / total[1]:.2f}x the instructions ({total[1]} → {total[0]})"))
+        changed(25.0, "instructions", *total, f" ({total[1] / total[0]:.2f}x)")
+    if head.shared_bytes // 1024 != base.shared_bytes // 1024:
+        changed(20.0, "shared memory, KiB", base.shared_bytes // 1024, head.shared_bytes // 1024)
+    if abs(head.registers - base.registers) >= 8:
+        changed(10.0, "registers a thread", base.registers, head.registers)
     return found
 
 
@@ -58,8 +60,9 @@ def changes(base: list[KernelCode], head: list[KernelCode]) -> list[str]:
     """What changed from base's kernels to head's for one case, likeliest cause first."""
     found: list[tuple[float, str]] = []
     if len(head) != len(base):
-        added = [k.kernel for k in head[len(base) :]] or [k.kernel for k in base[len(head) :]]
-        found.append((200.0, f"a call launches {len(head)} kernels, base {len(base)} ({', '.join(added)})"))
+        extra = [k.kernel for k in head[len(base) :]] or [k.kernel for k in base[len(head) :]]
+        which = "added" if len(head) > len(base) else "removed"
+        found.append((200.0, f"kernels a call launches {len(base)} → {len(head)} ({which}: {', '.join(extra)})"))
     for b, h in zip(base, head, strict=False):
         found += kernel_changes(b, h)
     return [phrase for _, phrase in sorted(found, key=lambda item: -item[0])]
@@ -70,7 +73,7 @@ def why(base: list[KernelCode], head: list[KernelCode], most: int = 3) -> str:
     found = changes(base, head)
     if not found:
         return "the compiled kernels are the same (registers, spills, shared memory, instructions): look elsewhere"
-    return "; ".join(found[:most]) + (f"; {len(found) - most} more in the table" if len(found) > most else "")
+    return "; ".join(found[:most]) + (f"; {len(found) - most} more" if len(found) > most else "")
 
 
 COLUMNS = (

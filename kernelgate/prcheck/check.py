@@ -459,7 +459,7 @@ def explain(plan: Plan, out: Path, steps: Steps) -> None:
     case_ids = case_ids[:EXPLAINED_CASES]
     if not case_ids:
         return
-    from kernelgate.explain.__main__ import report
+    from kernelgate.explain.report import report
 
     with steps("explain"), contextlib.suppress(Exception):  # evidence, never a verdict: what broke is said instead
         (out / EXPLAIN).write_text("Not explained: the step stopped before it compared the kernels.\n")

@@ -1,0 +1,70 @@
+"""Two commits' compiled kernels as Markdown: per case, a "why" line and a table (``report``), or for many cases
+the distinct changes and how many cases each holds for (``summary``). A commit's JSON is its own code's output,
+a pull request's head's included: what it holds is checked before it is printed."""
+
+import re
+
+from kernelgate.explain.diff import changes, table, why
+
+
+def _kernels(entry: list) -> list:
+    """KernelCode from a commit's JSON, which the report prints: a name that is not an identifier, or a number
+    that is not one, is refused (the JSON of a pull request's head is its own code's output)."""
+    from kernelgate.explain.compiled import KernelCode
+
+    kernels = []
+    for kernel in entry:
+        if not isinstance(kernel, dict) or not re.fullmatch(r"\w{1,100}", str(kernel.get("kernel"))):
+            raise ValueError("a kernel without an identifier for a name")
+        numbers = {k: int(v) for k, v in kernel.items() if k not in ("kernel", "mix")}
+        mix = {str(k): int(v) for k, v in kernel.get("mix", {}).items()}
+        kernels.append(KernelCode(kernel=kernel["kernel"], mix=mix, **numbers))
+    return kernels
+
+
+def _said(error) -> str:
+    """An error a commit's process gave, as plain text for the report."""
+    return re.sub(r"[`|<>\[\]\n]", " ", str(error))[:200]
+
+
+def summary(base: dict, head: dict, shown: int = 10) -> str:
+    """Markdown: of the cases both commits compiled, how many launch other code, and for each distinct change (its
+    "why" line) the cases it holds for, the first ``shown`` of them with their tables."""
+    by_why: dict[str, list[str]] = {}
+    compared = 0
+    for case_id in sorted(set(base) & set(head)):
+        b, h = base[case_id], head[case_id]
+        if isinstance(b, dict) or isinstance(h, dict):
+            continue
+        compared += 1
+        try:
+            kernels = _kernels(b), _kernels(h)
+        except (TypeError, ValueError):
+            continue
+        if changes(*kernels):
+            by_why.setdefault(why(*kernels), []).append(case_id)
+    changed = sum(map(len, by_why.values()))
+    lines = [f"Compiled kernels of {compared} cases at both commits: {changed} launch other code.", ""]
+    for line, cases in sorted(by_why.items(), key=lambda item: -len(item[1]))[:shown]:
+        lines += [f"- {_said(line)}: {len(cases)} case(s), e.g. `{_said(cases[0])}`"]
+    if len(by_why) > shown:
+        lines += [f"- and {len(by_why) - shown} more distinct changes"]
+    return "\n".join(lines) + "\n"
+
+
+def report(base: dict, head: dict, case_ids: list[str] | None = None) -> str:
+    """Markdown: per case, the "why" line and the table of base's and head's kernels."""
+    lines = []
+    for case_id in case_ids or sorted(set(base) & set(head)):
+        b, h = base.get(case_id), head.get(case_id)
+        lines += [f"**`{_said(case_id)}`**", ""]
+        failed = [f"{role}: {_said(e.get('error'))}" for role, e in (("base", b), ("head", h)) if isinstance(e, dict)]
+        try:
+            kernels = None if b is None or h is None or failed else (_kernels(b), _kernels(h))
+        except (TypeError, ValueError) as exc:
+            kernels, failed = None, [f"not a list of compiled kernels ({_said(exc)})"]
+        if kernels is None:
+            lines += ["- compiled code not compared: " + ("; ".join(failed) or "a commit did not compile it"), ""]
+            continue
+        lines += [f"- why: {why(*kernels)}", "", table(*kernels), ""]
+    return "\n".join(lines)
