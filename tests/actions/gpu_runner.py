@@ -105,7 +105,7 @@ class Measurements:
         self.config = config
         self.plan = None
 
-    def first(self, plan, steps, cases):
+    def first(self, plan, steps, cases, stored=None):
         self.plan = plan
         with steps("benchmarks"):
             return self.measure(None, cases)
@@ -166,7 +166,7 @@ def gpu_tests(plan, out: Path, steps):
     steps.times.append(("GPU tests", 0.0, "ok"))
 
 
-def warm_up(plan, steps, cases) -> None:
+def warm_up(plan, steps, cases, stored=None) -> None:
     with steps("JIT warm-up"):
         print("stood in: no GPU to compile for", flush=True)
 
