@@ -55,7 +55,8 @@ def compiled(case_ids: list[str], gpu: str | None) -> dict[str, list[dict] | dic
             kernels = []
             for launch in case_launches(case_id, gpu):
                 signature, attrs = argument_types(launch)
-                key = repr((launch.kernel.fn.__qualname__, sorted(launch.constexprs.items()), launch.num_warps,
+                fn = launch.kernel.fn
+                key = repr((fn.__module__, fn.__qualname__, sorted(launch.constexprs.items()), launch.num_warps,
                             launch.pdl, sorted(signature.items()), sorted(attrs)))  # fmt: skip
                 if key not in seen:
                     seen[key] = dataclasses.asdict(kernel_code(launch))
