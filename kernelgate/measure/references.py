@@ -92,7 +92,8 @@ def key(env: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _path(folder: Path, env: dict[str, str]) -> Path:
+def entry_path(folder: Path, env: dict[str, str]) -> Path:
+    """Where the store in ``folder`` keeps ``env``'s entry."""
     return folder / env["suite"] / f"{key(env)}.json"
 
 
@@ -105,7 +106,7 @@ def lookup(folder: Path, env: dict[str, str]) -> dict | None:
     """The entry stored for ``env``: ``{"commit": the main commit whose run timed them, "times": {case:
     {reference: ms}}}``; None where there is none, or it is not one."""
     try:
-        entry = json.loads(_path(folder, env).read_text())
+        entry = json.loads(entry_path(folder, env).read_text())
     except (OSError, ValueError):
         return None
     if not (isinstance(entry, dict) and entry.get("environment") == env and isinstance(entry.get("times"), dict)):
@@ -122,7 +123,7 @@ def _valid(refs) -> bool:
 
 def record(folder: Path, env: dict[str, str], times: dict[str, dict[str, float]], commit: str) -> Path:
     """Add ``times`` ({case: {reference: ms}}) to ``env``'s entry, newer times replacing older ones."""
-    path = _path(folder, env)
+    path = entry_path(folder, env)
     earlier = (lookup(folder, env) or {}).get("times", {})
     merged = {**earlier, **{case: refs for case, refs in times.items() if _valid(refs)}}
     path.parent.mkdir(parents=True, exist_ok=True)

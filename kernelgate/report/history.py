@@ -1,27 +1,48 @@
-"""Copy asv result files into the history branch's checkout, and nothing else.
+"""Copy asv result files and the references' store into the history branch's checkout, and nothing else.
 
     python -m kernelgate.report.history SOURCE HISTORY
 
 SOURCE is what the GPU job uploaded; HISTORY a checkout of the ``asv-results`` branch, which
 the copying job can push. Only asv's own files are taken, each a regular JSON file of the form
-asv writes (``benchmarks.json``, ``<machine>/machine.json``, ``<machine>/<commit>-<env>.json``).
-Anything else (a link, a ``.git`` folder, a hook, a config file, a file of another shape) stops
-the copy before any file is written. Standard library only: the job runs it without installing.
+asv writes (``benchmarks.json``, ``<machine>/machine.json``, ``<machine>/<commit>-<env>.json``),
+and the store's, each an entry of the form ``kernelgate.report.reference_store`` checks
+(``references/<suite>/<key>.json``). Anything else (a link, a ``.git`` folder, a hook, a config
+file, a file of another shape) stops the copy before any file is written. Standard library only:
+the job runs it without installing.
 """
 
 import json
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+from kernelgate.report import reference_store
 
 MAX_BYTES = 32 * 1024 * 1024
 MACHINE = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-# The form of each file asv writes, and the keys it must hold.
+
+
+def asv_form(*keys: str) -> Callable[[str, object], str | None]:
+    """The check of a file asv writes: a JSON object that holds ``keys``."""
+
+    def problem(name: str, data: object) -> str | None:
+        if isinstance(data, dict) and set(keys) <= set(data):
+            return None
+        return f"not of asv's form (needs {sorted(keys)})"
+
+    return problem
+
+
+# The form of each file the branch takes, and the check of what it holds: (name, data) -> the problem, or None.
 FILES = {
-    re.compile(r"benchmarks\.json"): {"version"},
-    re.compile(rf"{MACHINE}/machine\.json"): {"version", "machine"},
-    re.compile(rf"{MACHINE}/[0-9a-f]{{8}}-[A-Za-z0-9._-]+\.json"): {"version", "commit_hash", "params", "results"},
+    re.compile(r"benchmarks\.json"): asv_form("version"),
+    re.compile(rf"{MACHINE}/machine\.json"): asv_form("version", "machine"),
+    re.compile(rf"{MACHINE}/[0-9a-f]{{8}}-[A-Za-z0-9._-]+\.json"): asv_form(
+        "version", "commit_hash", "params", "results"
+    ),
+    reference_store.NAME: reference_store.problem,
 }
 
 
@@ -38,20 +59,21 @@ def checked(source: Path) -> list[Path]:
             raise RejectedFile(f"{name}: a link")
         if path.is_dir():
             continue
-        keys = next((keys for form, keys in FILES.items() if form.fullmatch(name)), None)
-        if keys is None or ".git" in path.relative_to(source).parts:
-            raise RejectedFile(f"{name}: not an asv result file")
+        check = next((check for form, check in FILES.items() if form.fullmatch(name)), None)
+        if check is None or ".git" in path.relative_to(source).parts:
+            raise RejectedFile(f"{name}: not an asv result file nor a file of the references' store")
         if path.stat().st_size > MAX_BYTES:
             raise RejectedFile(f"{name}: larger than {MAX_BYTES} bytes")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise RejectedFile(f"{name}: not JSON ({exc})") from exc
-        if not isinstance(data, dict) or not keys <= set(data):
-            raise RejectedFile(f"{name}: not of asv's form (needs {sorted(keys)})")
+        problem = check(name, data)
+        if problem:
+            raise RejectedFile(f"{name}: {problem}")
         files.append(path.relative_to(source))
     if not files:
-        raise RejectedFile(f"{source} holds no result file")
+        raise RejectedFile(f"{source} holds no file")
     return files
 
 
@@ -76,7 +98,7 @@ def main(argv: list[str]) -> int:
     except (RejectedFile, OSError) as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1
-    print(f"copied {len(files)} result files")
+    print(f"copied {len(files)} files")
     return 0
 
 
