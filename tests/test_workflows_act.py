@@ -32,8 +32,9 @@ from pathlib import Path
 
 import pytest
 from actions.engine import API_TOKEN, REPO, ROOT, TOKEN, Engine, Origin, git, missing_tools, serving
-from actions.gpu_runner import Config, calls, slowed, write_runner
+from actions.gpu_runner import STORED_CASE, Config, calls, reference_environment, slowed, write_runner
 
+from kernelgate.measure import references
 from kernelgate.prcheck import selection
 
 # One xdist worker runs them all, one after another: they share the wheelhouse, the engine and the origin.
@@ -63,6 +64,12 @@ class GitHub:
         subprocess.run([*download, *wheels_the_jobs_install()], check=True, capture_output=True)
         self.engine = Engine(root / "engine", wheelhouse)
         self.origin = Origin(root / "origin")
+        # The references' store as an earlier run of main kept it on asv-results: LayerNorm's times on an H200.
+        times = {"LayerNorm/8192x4096-bfloat16-fwd": {"torch": 0.052, "copy": 0.031}}
+        env = reference_environment("layer_norm", ROOT)
+        earlier = references.record(root / "earlier" / "references", env, times, self.origin.main)
+        self.stored = earlier.relative_to(root / "earlier").as_posix()
+        self.origin.keep_on_asv_results(root / "earlier", [self.stored])
         self.docs = self.origin.pull_request(DOCS_PR, [{"docs/guide.md": "A new page.\n"}])
         kernel = {KERNEL_FILE: "\n# a comment\n"}
         self.kernel = self.origin.pull_request(KERNEL_PR, [kernel])
@@ -290,7 +297,7 @@ def test_a_shard_rewritten_by_a_hostile_head_is_red(github, tamper):
         assert len(failed) == 1 and f"| {failed[0]} | slowdown |" in report
 
 
-def test_main_keeps_the_benchmark_jobs_result_files_on_asv_results(github):
+def test_main_keeps_the_benchmark_jobs_result_files_and_the_references_store_on_asv_results(github):
     folder = github.root / "main"
     config = Config(str(folder / "gpu-runner"))
     runner_env = {
@@ -306,10 +313,16 @@ def test_main_keeps_the_benchmark_jobs_result_files_on_asv_results(github):
         )  # fmt: skip
     assert run.jobs == {"benchmark": ["success"], "persist": ["success"]}, run.log[-6000:]
     assert [c["argv"] for c in calls(config)] == [["-m", "nox", "--no-venv", "-s", "bench"]]
+    assert [f"references/{name}" for name in calls(config)[0]["store"]] == [github.stored], "the store it read"
     uploaded = run.artifact("asv-results", folder / "uploaded")
     written = sorted(p.relative_to(uploaded).as_posix() for p in uploaded.rglob("*") if p.is_file())
     kept = git(github.origin.bare, "ls-tree", "-r", "--name-only", "asv-results").splitlines()
     assert kept == written and "benchmarks.json" in kept
+    # The store it added to, beside the results: the earlier entry, and this run's.
+    added = references.entry_path(Path("references"), reference_environment("rms_norm", ROOT)).as_posix()
+    assert sorted(name for name in kept if name.startswith("references/")) == sorted([github.stored, added])
+    entry = json.loads(git(github.origin.bare, "show", f"asv-results:{added}"))
+    assert list(entry["times"]) == [STORED_CASE] and entry["commit"] == github.origin.main
     assert git(github.origin.bare, "rev-parse", "asv-results^") == before, "one commit, on top of the branch"
     assert git(github.origin.bare, "log", "-1", "--format=%s", "asv-results") == f"asv results for {github.origin.main}"
     assert {r.path for r in api.requests} <= {f"repos/{REPO}/hash-algorithm"}, "no status, no comment"

@@ -12,7 +12,10 @@ file (``Config``) and the job's arguments, records each call, then:
   and the timing samples (``time_samples``: a function of the case alone, so every shard count reads the
   same, with head slower on one case where the config says so).
   A hostile head's doing follows where the config asks for it: the shard's files rewritten, exit 0.
-* ``-m nox --no-venv -s bench``: the main job's asv result files and HTML (asv's writers; one case).
+* ``-m nox --no-venv -s bench``: the main job's asv result files and HTML (asv's writers; one case), and
+  that case's references' times added to the store (``kernelgate.measure.references``' writer).
+
+Each call's record names the files of the references' store the session was pointed at, as it starts.
 """
 
 import contextlib
@@ -28,11 +31,15 @@ from pathlib import Path
 SITE = Path(__file__).with_name("gpu_site")
 CONFIG_ENV = "KERNELGATE_GPU_STANDIN"
 GPU = "NVIDIA H200"
+# What nvidia-smi says of the stood-in H200 (kernelgate.measure.references.GPU_FIELDS).
+GPU_SETTINGS = {"name": GPU, "driver_version": "580.159.04", "clocks.applications.graphics": "1980 MHz",
+                "clocks.max.sm": "1980 MHz", "clocks.max.memory": "3201 MHz", "power.limit": "700.00 W"}  # fmt: skip
+STORED_CASE = "RMSNorm/8192x1024-bfloat16-fwd"  # the case whose references' times the stood-in main job stores
 
 
 @dataclasses.dataclass
 class Config:
-    record: str  # a folder: calls.jsonl (each call's arguments), slowed.txt (the case head is slower on)
+    record: str  # a folder: calls.jsonl (each call's arguments and store), slowed.txt (the case head is slower on)
     slower: float = 1.0  # head's time on one selected case, as a multiple of base's
     tamper: str = ""  # "groups" (the manifest selects nothing) or "thresholds" (limits loosened)
 
@@ -64,6 +71,21 @@ def calls(config: Config) -> list[dict]:
 def slowed(config: Config) -> str | None:
     path = Path(config.record) / "slowed.txt"
     return path.read_text() if path.is_file() else None
+
+
+def reference_environment(suite: str, tree: Path) -> dict[str, str]:
+    """What the references' store keys ``suite``'s times by on the stood-in H200, ``tree`` defining them."""
+    from unittest import mock
+
+    from kernelgate.measure import references
+
+    read = lambda path: (tree / path).read_bytes() if (tree / path).is_file() else None
+    with mock.patch.object(references, "gpu_settings", lambda: dict(GPU_SETTINGS)):
+        return references.environment(suite, read)
+
+
+def store_files(folder: Path) -> list[str]:
+    return sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*.json"))
 
 
 # --- the stood-in GPU parts, installed in the PR check's processes -----------------------------------
@@ -207,8 +229,9 @@ def tamper(out: Path, how: str) -> None:
 
 
 def main_job(cwd: Path) -> int:
-    """The main job's asv result files and HTML, as ``nox -s bench`` leaves them in ``.asv/``."""
-    from kernelgate.measure import results
+    """The main job's asv result files and HTML, as ``nox -s bench`` leaves them in ``.asv/``, and the references'
+    times of one case in the store."""
+    from kernelgate.measure import references, results
     from kernelgate.measure.device_info import machine_name
 
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True)
@@ -223,15 +246,20 @@ def main_job(cwd: Path) -> int:
     results.write_commit(folder, machine, commit.stdout.strip(), 0, suite, {"s1": record}, env_name="existing-py")
     (cwd / ".asv" / "html").mkdir(parents=True, exist_ok=True)
     (cwd / ".asv" / "html" / "index.html").write_text("<html>asv</html>\n")
+    times = {STORED_CASE: {"torch": 0.021, "liger": 0.018, "copy": 0.012}}
+    references.record(references.store(), reference_environment("rms_norm", cwd), times, commit.stdout.strip())
     return 0
 
 
 def main(argv: list[str]) -> int:
+    from kernelgate.measure import references
+
     config_path, argv = argv[0], argv[1:]
     config = Config.load(config_path)
     env = {k: os.environ[k] for k in ("KERNELGATE_GPU_LOCK", "KERNELGATE_HEAD_USER") if k in os.environ}
+    store = store_files(Path(option(argv, "--references") or references.store()))
     with (Path(config.record) / "calls.jsonl").open("a") as fh:
-        fh.write(json.dumps({"argv": argv, "cwd": os.getcwd(), "env": env}) + "\n")
+        fh.write(json.dumps({"argv": argv, "cwd": os.getcwd(), "env": env, "store": store}) + "\n")
     if argv[:4] != ["-m", "nox", "--no-venv", "-s"] or len(argv) < 5:
         raise SystemExit(f"the stood-in GPU runner runs `-m nox --no-venv -s SESSION` only, not {argv}")
     if argv[4] == "bench":
