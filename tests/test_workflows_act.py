@@ -47,6 +47,7 @@ SLOWER = 1.5  # head's time on one case, as a multiple of base's: far past any l
 LABEL = "full-gpu-suite"
 GROUP_MAP = selection.load(ROOT / "pr-check.toml")
 HEAD_USER = "nobody"
+STORE = ".asv/results/references"  # where the GPU job checks out the references' store kept on asv-results
 
 
 def wheels_the_jobs_install() -> list[str]:
@@ -187,12 +188,15 @@ def test_a_kernel_change_as_fast_as_base_is_green(github, shards):
     merge = git(github.origin.bare, "rev-parse", f"refs/pull/{KERNEL_PR}/merge")
     groups = list(selection.select(GROUP_MAP, [KERNEL_FILE]).groups)
     assert out.selection() == {"base": github.origin.main, "head": merge, "groups": groups}
-    # Each shard's GPU job ran the PR check on base and the test merge, holding the runner's GPU lock.
+    # Each shard's GPU job ran the PR check on base and the test merge, holding the runner's GPU lock, with the
+    # references' store that main's runs keep on asv-results.
     shares = sorted(option(c["argv"], "--shard") for c in out.gpu_calls)
     assert shares == [f"{k}/{shards}" for k in range(1, shards + 1)], out.explain()
     for call in out.gpu_calls:
         assert (option(call["argv"], "--base"), option(call["argv"], "--head")) == (github.origin.main, merge)
         assert option(call["argv"], "--full") is None
+        assert option(call["argv"], "--references") == STORE
+        assert github.stored in [f"references/{name}" for name in call["store"]]
         assert call["env"] == {"KERNELGATE_GPU_LOCK": str(out.folder / "gpu.lock"), "KERNELGATE_HEAD_USER": HEAD_USER}
     assert out.run.jobs == {"approve": ["success"], "gpu": ["success"] * shards, "verdict": ["success"]}, out.explain()
     assert out.perf_gate(github.kernel.head) == ["pending", "success"]
