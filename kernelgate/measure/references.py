@@ -6,6 +6,8 @@ metrics case's reference times, ms per call, in the store (``$KERNELGATE_REFEREN
 ``.asv/references``): one file per suite and environment, named by a key of what changes them (``environment``):
 the GPU and its driver, clocks and power limit, the torch, Triton and Liger-Kernel versions, and the code that
 defines and times the references, by content (``DEFINITION_FILES``). A change to any of them finds no entry.
+Main's workflow keeps the store on the ``asv-results`` branch, under ``references/``, each file checked before it
+is committed (``kernelgate.report.reference_store``).
 
 The PR check looks head's environment up there (``lookup``): head's worker then times each metrics case that the
 store holds without its references and reads its speedups against the stored times, and times the others with
