@@ -14,6 +14,7 @@ import torch
 
 from kernelgate.explain import __main__ as explain
 from kernelgate.explain import changes as changes_module
+from kernelgate.explain import profile
 from kernelgate.explain.compiled import KernelCode, instruction_mix, kernel_code, occupancy
 from kernelgate.explain.diff import changes, table, why
 from kernelgate.kernels.device import interpreter_mode
@@ -127,10 +128,11 @@ def test_the_table_shows_each_change_as_base_to_head():
     assert text.splitlines()[2].startswith(f"| fwd_kernel | {base.warps} → 8 |"), text
 
 
-def test_a_red_check_explains_its_worst_failing_cases(tmp_path):
+def test_a_red_check_explains_its_worst_failing_cases(tmp_path, monkeypatch):
     """After a red verdict the check compiles the worst failing cases' kernels with each commit's own code, in each
     commit's environment, and writes what changed where the report includes it; cases with no head reading (a
-    removal) are not asked for."""
+    removal) are not asked for. With no Nsight Compute on the runner it says so, once."""
+    monkeypatch.setattr(profile, "ncu", lambda: None)
     root = Path(__file__).resolve().parents[1]
     rms = "bench_rms_norm.RMSNorm.time_rms_norm('8192x1024', 'bfloat16', 'fwd', 'auto')"
     findings = [
@@ -146,7 +148,8 @@ def test_a_red_check_explains_its_worst_failing_cases(tmp_path):
     steps = Steps()
     check.explain(plan, tmp_path, steps)
     text = (tmp_path / check.EXPLAIN).read_text()
-    assert text.startswith(f"**`{rms}`**\n\n- why: the compiled kernels are the same"), text
+    assert text.startswith(f"Not profiled: no Nsight Compute (ncu on PATH, ${profile.NCU_ENV}"), text
+    assert f"**`{rms}`**\n\n- why: the compiled kernels are the same" in text
     assert "| fwd_kernel |" in text and [name for name, *_ in steps.times] == ["explain"]
 
 

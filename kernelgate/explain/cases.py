@@ -10,8 +10,8 @@ import re
 CASE_ID = re.compile(r"^bench_(?P<suite>\w+)\.(?P<grid>\w+)\.\w+\((?P<values>.*)\)$")
 
 
-def case_launches(case_id: str, gpu: str | None) -> list:
-    """The launches one call of an asv case makes (``Suite.launches``); raises ValueError naming why there are none."""
+def case_values(case_id: str):
+    """(the suite, the case's parameter values) of an asv case id; raises ValueError naming what is wrong."""
     from kernelgate.cases import SUITES
 
     found = CASE_ID.match(case_id)
@@ -20,11 +20,17 @@ def case_launches(case_id: str, gpu: str | None) -> list:
     suite = next((s for s in SUITES if s.name == found["suite"]), None)
     if suite is None:
         raise ValueError(f"no suite {found['suite']!r}")
-    if suite.launches is None:
-        raise ValueError(f"the {suite.name} suite's kernels are not compiled for comparison (Suite.launches)")
     values = ast.literal_eval(f"({found['values']},)")
     if not values or not all(isinstance(v, str) for v in values):
         raise ValueError(f"{case_id!r}: its parameters are not strings")
+    return suite, values
+
+
+def case_launches(case_id: str, gpu: str | None) -> list:
+    """The launches one call of an asv case makes (``Suite.launches``); raises ValueError naming why there are none."""
+    suite, values = case_values(case_id)
+    if suite.launches is None:
+        raise ValueError(f"the {suite.name} suite's kernels are not compiled for comparison (Suite.launches)")
     *leading, impl = values
     return suite.launches(*leading, impl, gpu)
 

@@ -56,8 +56,8 @@ def kernel_changes(base: KernelCode, head: KernelCode) -> list[tuple[float, str]
     return found
 
 
-def changes(base: list[KernelCode], head: list[KernelCode]) -> list[str]:
-    """What changed from base's kernels to head's for one case, likeliest cause first."""
+def weighted_changes(base: list[KernelCode], head: list[KernelCode]) -> list[tuple[float, str]]:
+    """(weight, phrase) for what changed from base's kernels to head's for one case."""
     found: list[tuple[float, str]] = []
     if len(head) != len(base):
         extra = [k.kernel for k in head[len(base) :]] or [k.kernel for k in base[len(head) :]]
@@ -65,12 +65,22 @@ def changes(base: list[KernelCode], head: list[KernelCode]) -> list[str]:
         found.append((200.0, f"kernels a call launches {len(base)} → {len(head)} ({which}: {', '.join(extra)})"))
     for b, h in zip(base, head, strict=False):
         found += kernel_changes(b, h)
+    return found
+
+
+def changes(base: list[KernelCode], head: list[KernelCode]) -> list[str]:
+    """What changed from base's kernels to head's for one case, likeliest cause first."""
+    return ranked(weighted_changes(base, head))
+
+
+def ranked(found: list[tuple[float, str]]) -> list[str]:
     return [phrase for _, phrase in sorted(found, key=lambda item: -item[0])]
 
 
-def why(base: list[KernelCode], head: list[KernelCode], most: int = 3) -> str:
-    """A line of the ``most`` likeliest causes; what it means when the compiled code did not change."""
-    found = changes(base, head)
+def why(base: list[KernelCode], head: list[KernelCode], most: int = 3, measured: list[tuple[float, str]] = ()) -> str:
+    """A line of the ``most`` likeliest causes, from the compiled code and what was ``measured`` on the GPU
+    (``kernelgate.explain.profile.changes``); what it means when neither changed."""
+    found = ranked([*weighted_changes(base, head), *measured])
     if not found:
         return "the compiled kernels are the same (registers, spills, shared memory, instructions): look elsewhere"
     return "; ".join(found[:most]) + (f"; {len(found) - most} more" if len(found) > most else "")

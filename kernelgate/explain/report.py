@@ -4,7 +4,7 @@ a pull request's head's included: what it holds is checked before it is printed.
 
 import re
 
-from kernelgate.explain.diff import changes, table, why
+from kernelgate.explain.diff import changes, ranked, table, why
 
 
 def _kernels(entry: list) -> list:
@@ -52,19 +52,35 @@ def summary(base: dict, head: dict, shown: int = 10) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(base: dict, head: dict, case_ids: list[str] | None = None) -> str:
-    """Markdown: per case, the "why" line and the table of base's and head's kernels."""
+def report(base: dict, head: dict, case_ids: list[str] | None = None, profiles: dict | None = None) -> str:
+    """Markdown: per case, the "why" line and the table of base's and head's kernels, and where ``profiles`` holds
+    the case ({"base": [KernelProfile] or why there is none, "head": ...}), the table of what Nsight Compute
+    measured of each commit's call, whose changes join the "why" line."""
+    from kernelgate.explain import profile
+
     lines = []
     for case_id in case_ids or sorted(set(base) & set(head)):
         b, h = base.get(case_id), head.get(case_id)
         lines += [f"**`{_said(case_id)}`**", ""]
+        profiled = (profiles or {}).get(case_id)
+        measured, profile_lines = [], []
+        if profiled is not None:
+            unprofiled = [f"{role}: {_said(p)}" for role, p in profiled.items() if isinstance(p, str)]
+            if unprofiled:
+                profile_lines = ["- not profiled with Nsight Compute: " + "; ".join(unprofiled), ""]
+            else:
+                measured = profile.changes(profiled["base"], profiled["head"])
+                profile_lines = [profile.table(profiled["base"], profiled["head"]), ""]
         failed = [f"{role}: {_said(e.get('error'))}" for role, e in (("base", b), ("head", h)) if isinstance(e, dict)]
         try:
             kernels = None if b is None or h is None or failed else (_kernels(b), _kernels(h))
         except (TypeError, ValueError) as exc:
             kernels, failed = None, [f"not a list of compiled kernels ({_said(exc)})"]
         if kernels is None:
+            if measured:
+                lines += [f"- why: {'; '.join(ranked(measured)[:3])}", ""]
             lines += ["- compiled code not compared: " + ("; ".join(failed) or "a commit did not compile it"), ""]
-            continue
-        lines += [f"- why: {why(*kernels)}", "", table(*kernels), ""]
+        else:
+            lines += [f"- why: {why(*kernels, measured=measured)}", "", table(*kernels), ""]
+        lines += profile_lines
     return "\n".join(lines)

@@ -446,12 +446,15 @@ def gate(plan: Plan, out: Path, junit: list[Path], steps: Steps, recorded: bool 
 # A red check explains its worst failing cases from the kernels each commit compiles for them, at most this many.
 EXPLAINED_CASES = 5
 EXPLAIN = "explain.md"  # in the output folder; the report includes it
+# What the evidence may add to a red verdict, in seconds: both commits' compiles at once, then Nsight Compute
+# profiles of the worst cases, base and head in turn, while time is left.
+EXPLAIN_SECONDS, COMPILE_SECONDS = 90, 45
 
 
 def explain(plan: Plan, out: Path, steps: Steps) -> None:
-    """For a red verdict's worst failing cases, both commits' kernels compiled side by side (``kernelgate.explain``:
-    each commit's own launchers, in its environment, as its user), with a "why" line each, in ``EXPLAIN``. It runs
-    after the verdict and never changes it; what fails here is said there."""
+    """For a red verdict's worst failing cases, both commits' kernels compiled side by side and their calls profiled
+    on the GPU (``kernelgate.explain``: each commit's own code, in its environment, as its user), with a "why" line
+    each, in ``EXPLAIN``. It runs after the verdict and never changes it; what fails here is said there."""
     findings = json.loads((out / "gate" / "verdict.json").read_text()).get("findings", [])
     failing = sorted((f for f in findings if f.get("verdict") == "fail" and f.get("remeasure")),
                      key=lambda f: -(f.get("badness") or 0))  # fmt: skip
@@ -462,22 +465,55 @@ def explain(plan: Plan, out: Path, steps: Steps) -> None:
     from kernelgate.explain.report import report
 
     with steps("explain"), contextlib.suppress(Exception):  # evidence, never a verdict: what broke is said instead
+        deadline = time.monotonic() + EXPLAIN_SECONDS
         (out / EXPLAIN).write_text("Not explained: the step stopped before it compared the kernels.\n")
-        codes = {}
+        codes = compiled_kernels(plan, case_ids)
+        profiles, unprofiled = profiled_calls(plan, case_ids, deadline)
+        (out / EXPLAIN).write_text(unprofiled + report(codes["base"], codes["head"], case_ids, profiles))
+
+
+def compiled_kernels(plan: Plan, case_ids: list[str]) -> dict[str, dict]:
+    """{role: {case id: its kernels compiled, or {"error": why not}}}: both commits at once, each its own code."""
+    argv = ["-m", "kernelgate.explain", "compiled", *case_ids, "--gpu-class", plan.machine.get("gpu_class", "")]
+    running = {}
+    for role in ("base", "head"):
+        side = plan.side(role)
+        running[role] = subprocess.Popen([str(side.python), *argv], cwd=side.tree, env=side.env, text=True,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, **side.as_user)  # fmt: skip
+    codes = {}
+    for role, proc in running.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=COMPILE_SECONDS)
+            codes[role] = json.loads(stdout) if proc.returncode == 0 else None
+            why_not = (stderr.strip().splitlines() or ["no output"])[-1]
+        except (subprocess.SubprocessError, ValueError) as exc:
+            proc.kill()
+            codes[role], why_not = None, f"{type(exc).__name__}: {exc}"
+        if not isinstance(codes[role], dict):
+            codes[role] = {case: {"error": f"its kernels were not compiled ({why_not})"} for case in case_ids}
+    return codes
+
+
+def profiled_calls(plan: Plan, case_ids: list[str], deadline: float) -> tuple[dict, str]:
+    """({case id: {role: [KernelProfile] or why not}}, a line saying why nothing was profiled, or ""): the worst
+    cases first, base then head, each commit's call profiled by Nsight Compute until ``deadline``."""
+    from kernelgate.explain import profile
+
+    tool = profile.ncu()
+    if tool is None:
+        return {}, f"Not profiled: no Nsight Compute (ncu on PATH, ${profile.NCU_ENV} or {profile.CUDA_NCU}).\n\n"
+    profiles = {}
+    for case_id in case_ids:
+        pair = {}
         for role in ("base", "head"):
+            left = deadline - time.monotonic()
+            if left < 5:
+                return profiles, f"Profiled the first {len(profiles)} of {len(case_ids)} cases in the time it has.\n\n"
             side = plan.side(role)
-            argv = [str(side.python), "-m", "kernelgate.explain", "compiled", *case_ids,
-                    "--gpu-class", plan.machine.get("gpu_class", "")]  # fmt: skip
-            try:
-                done = subprocess.run(argv, cwd=side.tree, env=side.env, capture_output=True, text=True, timeout=120,
-                                      **side.as_user)  # fmt: skip
-                codes[role] = json.loads(done.stdout) if done.returncode == 0 else None
-                why_not = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            except (OSError, subprocess.SubprocessError, ValueError) as exc:
-                codes[role], why_not = None, f"{type(exc).__name__}: {exc}"
-            if not isinstance(codes[role], dict):
-                codes[role] = {case: {"error": f"its kernels were not compiled ({why_not})"} for case in case_ids}
-        (out / EXPLAIN).write_text(report(codes["base"], codes["head"], case_ids))
+            pair[role] = profile.profile_case(tool, str(side.python), case_id, timeout=left, cwd=side.tree,
+                                              env=side.env, **side.as_user)  # fmt: skip
+        profiles[case_id] = pair
+    return profiles, ""
 
 
 def complete_test_report(path: Path) -> bool:
