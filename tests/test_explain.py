@@ -153,6 +153,36 @@ def test_a_red_check_explains_its_worst_failing_cases(tmp_path, monkeypatch):
     assert "| fwd_kernel |" in text and [name for name, *_ in steps.times] == ["explain"]
 
 
+def test_a_red_check_names_an_added_launch_the_compiled_kernels_do_not_show(tmp_path, monkeypatch):
+    """A fill added before the kernel is not a Triton launch, so the compiled kernels are the same; Nsight Compute's
+    pages of each commit's call (ncu's own, recorded on an H200, handed out by a stand-in ncu) show the added
+    kernel, and the why line names it first. The metrics case of the same call is explained with it, once."""
+    pages = Path(__file__).parent / "fixtures" / "ncu"
+    stand_in = tmp_path / "ncu"
+    stand_in.write_text('#!/bin/sh\ncat "$RECORDED_PAGE"\n')
+    stand_in.chmod(0o755)
+    monkeypatch.setenv(profile.NCU_ENV, str(stand_in))
+    root = Path(__file__).resolve().parents[1]
+    case = "('8192x2048', 'bfloat16', 'fwd', 'auto')"
+    rms = f"bench_rms_norm.RMSNorm.time_rms_norm{case}"
+    metric = f"bench_rms_norm.RMSNormMetrics.track_speedup_vs_torch{case}"
+    findings = [{"verdict": "fail", "badness": 1.5, "remeasure": [["base", rms], ["head", rms]]},
+                {"verdict": "fail", "badness": 1.2, "remeasure": [["head", metric]]}]  # fmt: skip
+    (tmp_path / "gate").mkdir()
+    (tmp_path / "gate" / "verdict.json").write_text(json.dumps({"findings": findings}))
+    sides = {
+        role: {"tree": str(root), "python": sys.executable, "log": str(tmp_path / "log"), "commit": commit * 40,
+               "env": {**os.environ, "RECORDED_PAGE": str(pages / f"rms-8192x2048-bf16-fwd-{page}.csv")}}
+        for role, commit, page in (("base", "a", "base"), ("head", "b", "added-fill"))
+    }  # fmt: skip
+    plan = check.Plan("a" * 40, "b" * 40, {"gpu_class": "H200"}, ["rms_norm"], {}, (1, 1), [], [], sides=sides)
+    check.explain(plan, tmp_path, Steps())
+    text = (tmp_path / check.EXPLAIN).read_text()
+    assert text.startswith(f"**`{rms}`**, and the same call's `RMSNormMetrics.track_speedup_vs_torch`\n"), text
+    assert "- why: kernels the GPU ran for a call 1 → 2 (added vectorized_elementwise_kernel)\n" in text
+    assert "| vectorized_elementwise_kernel (head only) |" in text and text.count("**`") == 1
+
+
 def _git(repo: Path, *argv: str) -> str:
     ident = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
     return subprocess.run(["git", *ident, *argv], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()

@@ -10,6 +10,16 @@ import re
 CASE_ID = re.compile(r"^bench_(?P<suite>\w+)\.(?P<grid>\w+)\.\w+\((?P<values>.*)\)$")
 
 
+def same_call(case_ids: list[str]) -> dict[str, list[str]]:
+    """The ids grouped by the call their cases make (a kernel's time case and its metrics cases run one workload:
+    the suite and parameter values, whatever the grid or benchmark): {the first id of each: the others}."""
+    calls: dict[str, list[str]] = {}
+    for case_id in case_ids:
+        found = CASE_ID.match(case_id)
+        calls.setdefault((found["suite"], found["values"]) if found else case_id, []).append(case_id)
+    return {first: rest for first, *rest in calls.values()}
+
+
 def case_values(case_id: str):
     """(the suite, the case's parameter values) of an asv case id; raises ValueError naming what is wrong."""
     from kernelgate.cases import SUITES

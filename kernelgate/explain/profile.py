@@ -37,7 +37,8 @@ FIELDS = (
 # The warps' stall reasons, a column each: issue cycles stalled for the reason per issued instruction.
 STALL = re.compile(r"smsp__average_warps?_(?:latency_)?issue_stalled_(\w+?)(?:_per_issue_active)?\.ratio")
 # ncu's base units (--print-units base): (kind, factor to the field's unit: us, MB, %); any other unit is a count's.
-UNITS = {"nsecond": ("time", 1e-3), "usecond": ("time", 1.0), "msecond": ("time", 1e3), "second": ("time", 1e6),
+UNITS = {"ns": ("time", 1e-3), "us": ("time", 1.0), "ms": ("time", 1e3), "s": ("time", 1e6),
+         "nsecond": ("time", 1e-3), "usecond": ("time", 1.0), "msecond": ("time", 1e3), "second": ("time", 1e6),
          "byte": ("bytes", 1e-6), "Kbyte": ("bytes", 1e-3), "Mbyte": ("bytes", 1.0), "Gbyte": ("bytes", 1e3),
          "%": ("%", 1.0)}  # fmt: skip
 SHOWN_STALLS = 3

@@ -27,6 +27,11 @@ def _said(error) -> str:
     return re.sub(r"[`|<>\[\]\n]", " ", str(error))[:200]
 
 
+def _cases(case_ids: list[str]) -> str:
+    """Other benchmarks of one call, shortly: their class and benchmark names."""
+    return ", ".join(f"`{_said(case_id.split('(')[0].split('.', 1)[-1])}`" for case_id in case_ids)
+
+
 def summary(base: dict, head: dict, shown: int = 10) -> str:
     """Markdown: of the cases both commits compiled, how many launch other code, and for each distinct change (its
     "why" line) the cases it holds for, the first ``shown`` of them with their tables."""
@@ -52,16 +57,20 @@ def summary(base: dict, head: dict, shown: int = 10) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(base: dict, head: dict, case_ids: list[str] | None = None, profiles: dict | None = None) -> str:
+def report(
+    base: dict, head: dict, case_ids: list[str] | None = None, profiles: dict | None = None, calls: dict | None = None
+) -> str:
     """Markdown: per case, the "why" line and the table of base's and head's kernels, and where ``profiles`` holds
     the case ({"base": [KernelProfile] or why there is none, "head": ...}), the table of what Nsight Compute
-    measured of each commit's call, whose changes join the "why" line."""
+    measured of each commit's call, whose changes join the "why" line. ``calls`` names, per case, the other
+    failing cases that make the same call (``kernelgate.explain.cases.same_call``)."""
     from kernelgate.explain import profile
 
     lines = []
     for case_id in case_ids or sorted(set(base) & set(head)):
         b, h = base.get(case_id), head.get(case_id)
-        lines += [f"**`{_said(case_id)}`**", ""]
+        others = (calls or {}).get(case_id, [])
+        lines += [f"**`{_said(case_id)}`**" + (f", and the same call's {_cases(others)}" if others else ""), ""]
         profiled = (profiles or {}).get(case_id)
         measured, profile_lines = [], []
         if profiled is not None:

@@ -458,18 +458,19 @@ def explain(plan: Plan, out: Path, steps: Steps) -> None:
     findings = json.loads((out / "gate" / "verdict.json").read_text()).get("findings", [])
     failing = sorted((f for f in findings if f.get("verdict") == "fail" and f.get("remeasure")),
                      key=lambda f: -(f.get("badness") or 0))  # fmt: skip
-    case_ids = list(dict.fromkeys(case for f in failing for role, case in f["remeasure"] if role == "head"))
-    case_ids = case_ids[:EXPLAINED_CASES]
-    if not case_ids:
-        return
+    from kernelgate.explain.cases import same_call
     from kernelgate.explain.report import report
 
+    calls = same_call(list(dict.fromkeys(case for f in failing for role, case in f["remeasure"] if role == "head")))
+    case_ids = list(calls)[:EXPLAINED_CASES]
+    if not case_ids:
+        return
     with steps("explain"), contextlib.suppress(Exception):  # evidence, never a verdict: what broke is said instead
         deadline = time.monotonic() + EXPLAIN_SECONDS
         (out / EXPLAIN).write_text("Not explained: the step stopped before it compared the kernels.\n")
         codes = compiled_kernels(plan, case_ids)
         profiles, unprofiled = profiled_calls(plan, case_ids, deadline)
-        (out / EXPLAIN).write_text(unprofiled + report(codes["base"], codes["head"], case_ids, profiles))
+        (out / EXPLAIN).write_text(unprofiled + report(codes["base"], codes["head"], case_ids, profiles, calls))
 
 
 def compiled_kernels(plan: Plan, case_ids: list[str]) -> dict[str, dict]:
