@@ -1291,7 +1291,7 @@ def test_without_a_near_miss_margin_a_reading_under_the_limit_passes_unmeasured(
     assert not (gate.root / "remeasured.log").exists()
 
 
-NEAR_FLOOR = with_defaults("near_floor = 0.05\n")  # the floor 1.16: head's readings up to 1.218 are re-measured
+NEAR_BOUND = with_defaults("near_bound = 0.05\n")  # the floor 1.16: head's readings up to 1.218 are re-measured
 
 
 @pytest.mark.parametrize(
@@ -1306,10 +1306,10 @@ NEAR_FLOOR = with_defaults("near_floor = 0.05\n")  # the floor 1.16: head's read
 )
 def test_a_floor_passed_narrowly_is_judged_on_a_fresh_reading(gate, first, again, verdict, reason):
     """A PR check's first reading of a speedup may rest on a reference's stored time: a floor passed by less than
-    near_floor is read again (its references timed beside it), and that reading decides."""
+    near_bound is read again (its references timed beside it), and that reading decides."""
     gate.write(head={TWO_PASS_SPEEDUP: first})
     fresh = {HEAD: {TWO_PASS_SPEEDUP: [again]}} if again is not None else {}
-    code, verdict_json = gate.run("--confirm-cmd", confirm_cmd(gate, fresh), thresholds=NEAR_FLOOR)
+    code, verdict_json = gate.run("--confirm-cmd", confirm_cmd(gate, fresh), thresholds=NEAR_BOUND)
     (row,) = [f for f in verdict_json["findings"] if f["check"] == "floor" and f["case"] == TWO_PASS_SPEEDUP.label]
     assert code == (1 if verdict == "fail" else 0), verdict_json
     assert row["verdict"] == verdict, row
@@ -1320,6 +1320,32 @@ def test_a_floor_passed_narrowly_is_judged_on_a_fresh_reading(gate, first, again
         assert row["first"] == pytest.approx(first / 1.16), "the first reading, over the floor"
         ((commits, regex),) = remeasured(gate)
         assert commits == [HEAD] and re.fullmatch(regex, TWO_PASS_SPEEDUP.asv_id)
+
+
+HOST_RATIO = ln_case("bench_layer_norm.LayerNormMetrics.track_host_vs_torch", "4096x4096", "auto")
+NEAR_CEILING = (
+    NEAR_BOUND
+    + f"""
+[[rule]]
+why = "the host's cost of an eager call"
+benchmark = "{HOST_RATIO.benchmark}"
+params = {{ variant = "auto" }}
+max = 2.0
+"""
+)
+
+
+@pytest.mark.parametrize(("first", "again", "verdict"), [(1.95, 2.2, "fail"), (1.95, 1.8, "pass"), (1.8, None, "pass")])
+def test_a_ceiling_passed_narrowly_is_judged_on_a_fresh_reading(gate, first, again, verdict):
+    """A host ratio read against a reference's stored host time is read again when it passes its ceiling by less
+    than near_bound, as a floor is; one clear of it is not."""
+    host = Bench({"shape": ["4096x4096"], "dtype": ["float32"], "direction": ["fwd"], "variant": ["auto"]}, "x")
+    gate.write(head={HOST_RATIO: first}, space={**SMALL_SPACE, HOST_RATIO.benchmark: host})
+    fresh = {HEAD: {HOST_RATIO: [again]}} if again is not None else {}
+    code, verdict_json = gate.run("--confirm-cmd", confirm_cmd(gate, fresh), thresholds=NEAR_CEILING)
+    (row,) = [f for f in verdict_json["findings"] if f["check"] == "ceiling" and f["case"] == HOST_RATIO.label]
+    assert (code, row["verdict"]) == ((1, "fail") if verdict == "fail" else (0, "pass")), row
+    assert (gate.root / "remeasured.log").exists() == (again is not None)
 
 
 def test_confirmation_once_for_base_and_head(gate):

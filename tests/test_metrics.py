@@ -111,8 +111,9 @@ def test_a_case_is_asked_only_for_the_metrics_its_values_are_for(monkeypatch):
         measure_selected(grid, [*grid.params.values(), grid.variants])
 
 
-def _timing_recorded(monkeypatch, times: dict[str, float]) -> dict[str, set]:
-    """bandwidth_metrics on stand-ins: each callable times ``times[name]`` ms; returns what was timed."""
+def _timing_recorded(monkeypatch, times: dict[str, float], host_us: dict[str, float] | None = None) -> dict[str, set]:
+    """bandwidth_metrics on stand-ins: each callable times ``times[name]`` ms on the device and ``host_us[name]`` us
+    on the host (5 where not given); returns what was timed."""
     seen = {"timed": set(), "host": set()}
     monkeypatch.setattr(timing, "gpu_timing", lambda: True)
     monkeypatch.setattr(bandwidth, "rotations", lambda nbytes: 1)
@@ -127,7 +128,7 @@ def _timing_recorded(monkeypatch, times: dict[str, float]) -> dict[str, set]:
 
     def interleaved_enqueue_us(fns, calls, rounds):
         seen["host"] = set(fns)
-        return {name: [5.0] for name in fns}
+        return {name: [(host_us or {}).get(name, 5.0)] for name in fns}
 
     monkeypatch.setattr(timing, "interleaved_ms", interleaved_ms)
     monkeypatch.setattr(timing, "interleaved_enqueue_us", interleaved_enqueue_us)
@@ -157,25 +158,32 @@ def test_a_memory_bound_case_times_only_what_its_asked_metrics_need(monkeypatch,
 
 def test_stored_reference_times_are_read_instead_of_timed(monkeypatch):
     """A reference or copy stored for this environment is not timed: the variant's values are read against the
-    stored time, as they would be against a timed one. What was timed is returned beside the variants, for main's
-    runs to store; the host's cost is never stored, so host metrics still run eager torch alongside."""
+    stored time, as they would be against a timed one, and its host metrics against a reference's stored host time
+    (``references.HOST``). What was timed is returned beside the variants, for main's runs to store."""
     times = {"v": 1.0, "torch": 2.0, "torch_compile": 1.5, "liger": 3.0, "copy": 0.5, "tensor_copy": 0.25}
-    seen = _timing_recorded(monkeypatch, times)
+    host_us = {"v": 30.0, "torch": 20.0, "torch_compile": 60.0}
+    seen = _timing_recorded(monkeypatch, times, host_us)
     run = lambda wanted, stored: bandwidth.bandwidth_metrics(
         lambda impl, rotate: impl, ["v"], 1 << 20, lambda rotate: "tensor_copy", 1 << 19, wanted, stored
     )
     timed_all = run(None, None)
-    assert timed_all[references.TIMES] == {name: ms for name, ms in times.items() if name != "v"}
-    stored = {name: ms for name, ms in times.items() if name != "v"}
+    stored = {
+        **{name: ms for name, ms in times.items() if name != "v"},
+        **{references.HOST + name: us for name, us in host_us.items() if name != "v"},
+    }
+    assert timed_all[references.TIMES] == stored
+    assert timed_all["v"]["host_vs_torch"] == pytest.approx(1.5) and timed_all["v"]["host_vs_compile"] == 0.5
     from_store = run(None, stored)
-    assert seen["timed"] == {"v"} and seen["host"] == {"v", "torch", "torch_compile"}
+    assert seen["timed"] == {"v"} and seen["host"] == {"v"}, "only the variant is timed, on the device and the host"
     assert from_store["v"] == pytest.approx(timed_all["v"]), "the same values, read against the stored times"
     assert references.TIMES not in from_store, "nothing timed: nothing to record"
-    partly = run({"speedup_vs_compile", "pct_peak"}, {"torch_compile": 1.5})
-    assert seen["timed"] == {"v", "torch", "copy"}
+    partly = run({"speedup_vs_compile", "pct_peak", "host_vs_torch"}, {"torch_compile": 1.5})
+    assert seen["timed"] == {"v", "torch", "copy"} and seen["host"] == {"v", "torch", "torch_compile"}
     assert partly["v"]["speedup_vs_compile"] == pytest.approx(1.5) and partly[references.TIMES] == {
         "torch": 2.0,
         "copy": 0.5,
+        references.HOST + "torch": 20.0,
+        references.HOST + "torch_compile": 60.0,
     }
 
 

@@ -46,7 +46,7 @@ def evaluate(thresholds: Thresholds, base: Run, head: Run, selection: bool = Fal
         *removals(thresholds, base, head, selection),
         *availability(rules, base, head),
         *invalid_times(base, head),
-        *bounds(rules, head, thresholds.near_floor),
+        *bounds(rules, head, thresholds.near_bound),
         *slowdowns(thresholds, rules, base, head),
         *orders(rules, head),
     ]
@@ -169,7 +169,7 @@ def _usable(case: Case, m: Measurement | None) -> bool:
     return m is not None and m.finite and not _not_a_time(case, m)
 
 
-def bounds(rules: list[Rule], head: Run, near_floor: float = 0.0) -> list[Finding]:
+def bounds(rules: list[Rule], head: Run, near_bound: float = 0.0) -> list[Finding]:
     findings = []
     for rule in rules:
         for case, m in head.measurements.items():
@@ -177,21 +177,22 @@ def bounds(rules: list[Rule], head: Run, near_floor: float = 0.0) -> list[Findin
                 continue
             unit = head.units.get(case.benchmark, "")
             if rule.min is not None:
-                findings.append(_bound(rule, case, m, unit, "floor", rule.min, near_floor))
+                findings.append(_bound(rule, case, m, unit, "floor", rule.min, near_bound))
             if rule.max is not None:
-                findings.append(_bound(rule, case, m, unit, "ceiling", rule.max))
+                findings.append(_bound(rule, case, m, unit, "ceiling", rule.max, near_bound))
     return findings
 
 
 def _bound(rule: Rule, case: Case, m: Measurement, unit: str, check: str, bound: float, near: float = 0.0) -> Finding:
-    """A floor or ceiling on head's value. A floor passed by less than ``near`` (a fraction of it) is a near miss,
-    re-measured: a PR check's first reading of a speedup may rest on a reference's stored time."""
+    """A floor or ceiling on head's value. A bound passed by less than ``near`` (a fraction of it) is a near miss,
+    re-measured: a PR check's first reading of a speedup or host ratio may rest on a reference's stored time."""
     floor = check == "floor"
     ok = m.value >= bound if floor else m.value <= bound
     badness = _ratio(bound, m.value) if floor else _ratio(m.value, bound)
     limit = f"{'≥' if floor else '≤'} {bound:g}"
     relation = ("≥" if ok else "<") if floor else ("≤" if ok else ">")
-    near_miss = floor and ok and not rule.informational and m.value < bound * (1 + near)
+    narrowly = m.value < bound * (1 + near) if floor else m.value > bound * (1 - near)
+    near_miss = ok and not rule.informational and narrowly
     reason = f"{human(m.value, unit)} {relation} {check} {bound:g}"
     reason += f" by less than {near:.0%} (a near miss): {rule.cited}" if near_miss else f": {rule.cited}"
     return Finding(

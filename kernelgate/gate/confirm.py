@@ -2,11 +2,11 @@
 
 A suspect is a failed check on measured values (a bound, a slowdown, an
 order); a near miss is a slowdown read within ``near_miss`` under its limit,
-or a floor passed by less than ``near_floor``.
+or a floor or ceiling passed by less than ``near_bound``.
 Their cases are run again on the commits they depend on (``asv run
 --append-samples`` keeps the other cases), and only they are evaluated again.
-A suspect bound or order fails the gate only if it persists, and a floor
-read near its bound fails if the fresh reading breaks it. A slowdown fails
+A suspect bound or order fails the gate only if it persists, and a bound
+read near it fails if the fresh reading breaks it. A slowdown fails
 only if the fresh reading is past its limit or near it too, and the geometric
 mean of both readings is past the limit: a slowdown just past the limit is
 caught whichever side of it the first reading fell, while a one-off outlier

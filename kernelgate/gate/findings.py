@@ -35,7 +35,7 @@ class Finding:
     remeasure: tuple[tuple[str, str], ...] = ()
     # The `why` of the threshold rule that judged it ("default" for [defaults]); empty where no rule did.
     rule: str = ""
-    # A slowdown read within the near_miss margin under its limit, or a floor passed by less than near_floor:
+    # A slowdown read within the near_miss margin under its limit, or a floor or ceiling passed by less than near_bound:
     # re-measured as a suspect is.
     near_miss: bool = False
     # The ratio first measured, where a re-measurement decided the finding (``ratio`` is the fresh one).

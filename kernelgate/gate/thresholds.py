@@ -9,8 +9,8 @@
                                     # head measured and base's results hold that must be compared
     near_miss = 0.01                # optional (default 0): a slowdown read within this under its limit is
                                     # re-measured too (kernelgate/gate/confirm.py)
-    near_floor = 0.05               # optional (default 0): a floor that is not informational, read within
-                                    # this fraction above it, is re-measured too
+    near_bound = 0.05               # optional (default 0): a floor or ceiling that is not informational,
+                                    # passed by less than this fraction of it, is re-measured too
 
     [[rule]]
     why = "where the figure comes from"                 # required
@@ -123,7 +123,7 @@ class Thresholds:
     min_compared: float
     near_miss: float
     rules: tuple[Rule, ...]
-    near_floor: float = 0.0
+    near_bound: float = 0.0
 
     def applicable(self, gpu_class: str) -> list[Rule]:
         return [rule for rule in self.rules if rule.applies_on(gpu_class)]
@@ -205,7 +205,7 @@ def _defaults(table, path: Path) -> dict:
     where = f"perf thresholds: [defaults] in {path}"
     if not isinstance(table, dict) or not {"max_slowdown", "gpu_classes"} <= set(table):
         raise GateError(f"perf thresholds: {path} needs [defaults] with max_slowdown = <number> and gpu_classes")
-    unknown = set(table) - {"max_slowdown", "gpu_classes", "removed", "min_compared", "near_miss", "near_floor"}
+    unknown = set(table) - {"max_slowdown", "gpu_classes", "removed", "min_compared", "near_miss", "near_bound"}
     if unknown:
         raise GateError(f"{where}: unknown keys {sorted(unknown)}")
     max_slowdown, min_compared = table["max_slowdown"], table.get("min_compared", 0.9)
@@ -216,9 +216,9 @@ def _defaults(table, path: Path) -> dict:
     near_miss = table.get("near_miss", 0.0)
     if not _is_number(near_miss) or not 0 <= near_miss <= max_slowdown:
         raise GateError(f"{where}: near_miss = {near_miss!r} is not a number from 0 to max_slowdown")
-    near_floor = table.get("near_floor", 0.0)
-    if not _is_number(near_floor) or not 0 <= near_floor < 1:
-        raise GateError(f"{where}: near_floor = {near_floor!r} is not a fraction from 0 to below 1")
+    near_bound = table.get("near_bound", 0.0)
+    if not _is_number(near_bound) or not 0 <= near_bound < 1:
+        raise GateError(f"{where}: near_bound = {near_bound!r} is not a fraction from 0 to below 1")
     removed = table.get("removed", [])
     if not isinstance(removed, list) or not all(isinstance(glob, str) for glob in removed):
         raise GateError(f"{where}: removed = {removed!r} is not a list of strings")
@@ -228,7 +228,7 @@ def _defaults(table, path: Path) -> dict:
         "removed": tuple(removed),
         "min_compared": float(min_compared),
         "near_miss": float(near_miss),
-        "near_floor": float(near_floor),
+        "near_bound": float(near_bound),
     }
 
 

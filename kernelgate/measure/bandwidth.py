@@ -158,32 +158,37 @@ def bandwidth_metrics(
     case's ``tensor_bytes`` tensors into another, cycled alike. A reference, a copy or the host's cost that no
     named metric needs is not measured: the PR check asks for the values the gate bounds, no more. A reference
     or copy in ``stored`` (ms per call, ``kernelgate.measure.references``) is not timed either: the variants'
-    values are read against that time. Beside the variants, ``references.TIMES`` holds the times of the
-    references and copies that were timed.
+    values are read against that time, as the host's cost is against a reference's host time stored under
+    ``references.HOST``. Beside the variants, ``references.TIMES`` holds the times of the references and copies
+    that were timed, host times too.
 
     Device times are do_bench medians (L2 flushed before every run) of a CUDA graph of back-to-back calls on
     rotated inputs (``workloads.batched``), per call, references included, measured interleaved: the kernels,
     not the launch path, which ``host_us`` measures on its own, alternately with eager torch and torch.compile
-    (a ratio does not depend on the host's CPU). Under the interpreter only the speedup over torch, GB/s and the
-    host's cost are measured (smoke values), and nothing stored is read.
+    (a ratio does not depend on the host's CPU; a stored host time is the same CPU's, by the store's key). Under
+    the interpreter only the speedup over torch, GB/s and the host's cost are measured (smoke values), and nothing
+    stored is read.
     """
     gpu = timing.gpu_timing()
     wanted = {metric.name for metric in METRICS} if metrics is None else set(metrics)
     stored = dict(stored or {}) if gpu else {}
+    host_names = [name for name in stored if name.startswith(references.HOST)]
+    stored_host = {name.removeprefix(references.HOST): stored.pop(name) for name in host_names}
     # Eager torch, the baseline, is always read: speedup_vs_torch and gbps come with every case.
     read = {ref for metric in METRICS if metric.name in wanted for ref in metric.references}
     refs = [BASELINE, *(ref for ref in REFERENCES if ref != BASELINE and gpu and ref in read)]
-    # The host's cost is the CPU's, never stored: host ratios read eager torch and torch.compile run alongside.
+    # The host ratios are to eager torch's and torch.compile's eager calls, the calls a user would otherwise make.
     host_refs = [ref for ref in refs if ref != "liger"] if wanted & HOST_METRICS else []
     timed_refs = [ref for ref in refs if ref not in stored]
+    host_timed = [ref for ref in host_refs if ref not in stored_host]
     rotate = rotations(nbytes)
-    eager = {impl: warmed(workload(impl, rotate)) for impl in dict.fromkeys(variants + timed_refs + host_refs)}
+    eager = {impl: warmed(workload(impl, rotate)) for impl in dict.fromkeys(variants + timed_refs + host_timed)}
     host = {}
     if host_refs:
         # Many short loops: their least is the host's cost (timing.least_ratio). The interpreter takes ms a call.
         loops = dict(calls=10, rounds=50) if gpu else dict(calls=1, rounds=1)
-        # The host ratios are to eager torch's and torch.compile's, the calls a user would otherwise make.
-        host = timing.interleaved_enqueue_us({impl: eager[impl] for impl in variants + host_refs}, **loops)
+        host = timing.interleaved_enqueue_us({impl: eager[impl] for impl in variants + host_timed}, **loops)
+        host.update({ref: [stored_host[ref]] for ref in host_refs if ref not in host_timed})
     fns = {impl: batched(eager[impl], rotate) for impl in variants + timed_refs}
     copies = {}  # {metric: (copy, bytes it moves)}: the variant's bandwidth as % of the copy's
     if gpu and "pct_peak" in wanted:
@@ -196,6 +201,7 @@ def bandwidth_metrics(
             fns["tensor_copy"] = batched(tensor_copy(rotate), rotate)
     t = timing.interleaved_ms(fns)
     timed = {name: statistics.median(t[name]) for name in fns if name not in variants} if gpu else {}
+    timed |= {references.HOST + ref: min(host[ref]) for ref in host_timed} if gpu else {}
     rounds = len(t[variants[0]])
     t.update({name: [ms] * rounds for name, ms in stored.items()})  # a constant series: its median_ratio is the ratio
     measured: dict[str, dict[str, float]] = {}

@@ -2,16 +2,17 @@
 
 Eager torch, torch.compile, Liger-Kernel and the copies that a metrics case reads a kernel against do not change
 with a pull request: they are a property of the environment. Main's runs (``nox -s bench`` on a GPU) record each
-metrics case's reference times, ms per call, in the store (``$KERNELGATE_REFERENCES``, else
-``.asv/references``): one file per suite and environment, named by a key of what changes them (``environment``):
-the GPU and its driver, clocks and power limit, the torch, Triton and Liger-Kernel versions, and the code that
-defines and times the references, by content (``DEFINITION_FILES``). A change to any of them finds no entry.
+metrics case's reference times, ms per call on the device and, where a metric reads it, us per eager call on the
+host (``HOST``), in the store (``$KERNELGATE_REFERENCES``, else ``.asv/references``): one file per suite and
+environment, named by a key of what changes them (``environment``): the GPU and its driver, clocks and power limit,
+the host's CPU and Python, the torch, Triton and Liger-Kernel versions, and the code that defines and times the
+references, by content (``DEFINITION_FILES``). A change to any of them finds no entry.
 Main's workflow keeps the store on the ``asv-results`` branch, under ``references/``, each file checked before it
 is committed (``kernelgate.report.reference_store``).
 
 The PR check looks head's environment up there (``lookup``): head's worker then times each metrics case that the
 store holds without its references and reads its speedups against the stored times, and times the others with
-theirs beside them. A floor read within ``near_floor`` (perf-thresholds.toml) above its bound is measured again
+theirs beside them. A bound passed by less than ``near_bound`` (perf-thresholds.toml) is measured again
 with its references beside it, in the gate's re-measurement, so that a verdict never rests on a stored time alone
 where the two ways of measuring could disagree. Only main's runs write the store: a pull request's code never
 records a time that a later verdict reads.
@@ -23,6 +24,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import platform
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,6 +35,8 @@ DEFAULT_STORE = Path(".asv/references")
 # (main's runs), or the file of stored times they read instead of timing (the PR check's first reading of head).
 RECORD_ENV = "KERNELGATE_RECORD_REFERENCES"
 STORED_ENV = "KERNELGATE_STORED_REFERENCES"
+# A reference's host time in a case's stored times, us an eager call, under its name with this prefix.
+HOST = "host:"
 # The key under which a metrics case's measure returns its references' times, beside its variants' metrics.
 TIMES = "(reference times)"
 
@@ -46,6 +50,8 @@ DEFINITION_FILES = (
     "kernelgate/measure/timing.py",
 )
 PACKAGES = ("torch", "triton", "liger-kernel")
+# The host's, which its references' host times depend on: the CPU's model and the Python that makes the calls.
+HOST_FIELDS = ("cpu", "python")
 # nvidia-smi's fields for the GPU and the settings that change its timings.
 GPU_FIELDS = ("name", "driver_version", "clocks.applications.graphics", "clocks.max.sm", "clocks.max.memory",
               "power.limit")  # fmt: skip
@@ -75,6 +81,16 @@ def gpu_settings() -> dict[str, str]:
     return dict(zip(GPU_FIELDS, values, strict=True)) if len(values) == len(GPU_FIELDS) else {}
 
 
+def host_settings() -> dict[str, str]:
+    """The host's CPU model (Linux's /proc/cpuinfo, else the machine's architecture) and Python version."""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))  # fmt: skip
+    except (OSError, StopIteration):
+        cpu = platform.machine()
+    return {"cpu": cpu, "python": platform.python_version()}
+
+
 def _version(package: str) -> str:
     try:
         return importlib.metadata.version(package)
@@ -87,7 +103,8 @@ def environment(suite: str, read: Callable[[str], bytes | None]) -> dict[str, st
     gpu = gpu_settings()
     if not gpu:
         return None
-    return {"suite": suite, **gpu, **{p: _version(p) for p in PACKAGES}, "definition": definition(suite, read)}
+    return {"suite": suite, **gpu, **host_settings(), **{p: _version(p) for p in PACKAGES},
+            "definition": definition(suite, read)}  # fmt: skip
 
 
 def key(env: dict[str, str]) -> str:

@@ -15,7 +15,7 @@ from kernelgate.measure import references
 FOLDER = "references"  # the store's folder on the history branch
 NAME = re.compile(rf"{FOLDER}/[a-z][a-z0-9_]*/[0-9a-f]{{16}}\.json")
 ENTRY = {"environment", "commit", "times"}
-ENVIRONMENT = {"suite", *references.GPU_FIELDS, *references.PACKAGES, "definition"}
+ENVIRONMENT = {"suite", *references.GPU_FIELDS, *references.HOST_FIELDS, *references.PACKAGES, "definition"}
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
