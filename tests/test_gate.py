@@ -1538,3 +1538,65 @@ def test_noise_reads_a_re_measured_finding_as_first_read(tmp_path):
     verdict["findings"][0]["first"] = 1.05
     (folder / "gate" / "verdict.json").write_text(json.dumps(verdict))
     assert noise.read_check(folder)[1]["bench.T.time_x", "a"] == (1.05, 0.04)
+
+
+@pytest.mark.parametrize("spread", [0.004, 0.013, 0.03])
+@pytest.mark.parametrize("slowdown", [0.0, 0.03, 0.05])
+def test_red_rate_is_the_gates_rule_on_noisy_readings(spread, slowdown):
+    """The rate red_rate integrates is what the gate's rule gives on simulated readings: two independent process
+    pairs' log ratios about the true slowdown, the second one read where the first passes the limit less
+    near_miss (``replay``'s rule)."""
+    rng = random.Random(f"{spread}-{slowdown}")
+    limit, near_miss, draws = 0.04, 0.01, 20000
+    bar, mean = 1 + limit - near_miss, math.log1p(slowdown)
+    red = 0
+    for _ in range(draws):
+        a, b = (math.exp(rng.gauss(mean, spread)) for _ in range(2))
+        red += a > bar and b > bar and math.sqrt(a * b) > 1 + limit
+    assert noise.red_rate(slowdown, spread, limit, near_miss) == pytest.approx(red / draws, abs=0.01)
+
+
+def test_resolution_is_the_slowdown_caught_nine_times_in_ten():
+    assert noise.resolution(0.0, 0.04, 0.01) == pytest.approx(0.04, abs=1e-6), "no spread: the limit itself"
+    for spread in (0.005, 0.013, 0.03):
+        seen = noise.resolution(spread, 0.04, 0.01)
+        assert noise.red_rate(seen, spread, 0.04, 0.01) == pytest.approx(0.9, abs=1e-3)
+        assert seen > 0.04 and seen > noise.resolution(spread / 2, 0.04, 0.01), "more spread, coarser"
+
+
+def test_recorded_spreads_give_each_slowdown_its_resolution(gate, tmp_path):
+    """``noise --record`` keeps each case's spread per GPU class; the gate reads it (``--noise``) and says per
+    slowdown check, and for the run, the slowdown it would catch nine times in ten."""
+    checks = [_aa_check(tmp_path / f"aa{i}", "H200", {TWO_PASS_TIME.label: r}) for i, r in enumerate([1.01, 0.99, 1.0])]
+    for check_folder in checks:  # as the gate names the case
+        verdict = json.loads((check_folder / "gate" / "verdict.json").read_text())
+        verdict["findings"][0]["benchmark"] = TWO_PASS_TIME.benchmark
+        (check_folder / "gate" / "verdict.json").write_text(json.dumps(verdict))
+    path = tmp_path / "perf-noise.json"
+    assert noise.main([*map(str, checks), "--record", str(path)]) == 0
+    checks_count, spreads = noise.load_spreads(path, "H200")
+    spread = statistics.stdev(math.log(r) for r in (1.01, 0.99, 1.0))
+    assert checks_count == 3 and spreads == {
+        (TWO_PASS_TIME.benchmark, TWO_PASS_TIME.label): pytest.approx(spread, abs=1e-6)
+    }
+    assert noise.load_spreads(path, "H100") == (0, {})
+    gate.write()
+    code, verdict = gate.run("--no-confirm", "--noise", str(path), thresholds=with_defaults("near_miss = 0.01\n"))
+    (row,) = [f for f in verdict["findings"] if f["check"] == "slowdown" and f["case"] == TWO_PASS_TIME.label]
+    assert code == 0 and row["resolution"] == pytest.approx(noise.resolution(spread, 0.05, 0.01), rel=1e-3)
+    report = (gate.root / "out" / "report.md").read_text()
+    assert f"≤ +5%, sees {row['resolution']:.1%}" in report
+    assert "from the spread of 3 identical-code checks on H200" in report and "more have no recorded spread" in report
+
+
+@pytest.mark.parametrize(
+    "content",
+    ['{"H200": {"checks": 1, "cases": {}}}', '{"H200": {"checks": 3, "cases": {"b": {"c": -0.1}}}}', "not json"],
+    ids=["one-check", "negative-spread", "not-json"],
+)
+def test_a_malformed_noise_file_fails_closed(gate, tmp_path, content):
+    path = tmp_path / "perf-noise.json"
+    path.write_text(content)
+    gate.write()
+    code, verdict = gate.run("--no-confirm", "--noise", str(path))
+    assert code == 2 and verdict["error"].startswith("--noise ")

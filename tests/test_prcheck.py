@@ -117,6 +117,17 @@ def test_the_selection_alone_passes_a_change_that_selects_nothing(history, tmp_p
     assert check.Plan.load(out).tests == [test for name in chosen for test in groups[name].tests]
 
 
+def test_recorded_spreads_are_read_from_base_where_it_has_them(history, tmp_path):
+    """perf-noise.json is read from base, as the thresholds are; a base without one judges without resolutions."""
+    base, _, kernel = history
+    check.write_trusted(base, kernel, tmp_path / "none")
+    assert not (tmp_path / "none" / check.TRUSTED / check.NOISE_FILE).exists()
+    spreads = '{"H200": {"checks": 2, "cases": {}}}\n'
+    noisy = _commit(Path.cwd(), {check.NOISE_FILE: spreads}, "the A/A spreads")
+    check.write_trusted(noisy, kernel, tmp_path / "some")
+    assert (tmp_path / "some" / check.TRUSTED / check.NOISE_FILE).read_text() == spreads
+
+
 @pytest.mark.parametrize("head", ["0" * 40, "base"], ids=["unknown commit", "base itself"])
 def test_the_selection_fails_closed_on_commits_it_cannot_compare(history, tmp_path, head):
     from kernelgate.prcheck.__main__ import main as prcheck_main

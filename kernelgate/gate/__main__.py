@@ -13,6 +13,7 @@ from kernelgate.gate.asv_results import Run, load_runs
 from kernelgate.gate.checks import evaluate
 from kernelgate.gate.confirm import DEFAULT_CONFIRM_CMD, confirmed, remeasure, runs_once
 from kernelgate.gate.findings import Finding, Outcome
+from kernelgate.gate.noise import NoiseError, load_spreads
 from kernelgate.gate.report import publish
 from kernelgate.gate.thresholds import Thresholds, load_thresholds, with_head_rules
 
@@ -60,6 +61,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help="head's perf-thresholds.toml: its rules that base's lacks are judged too, and on cases base has "
         "only their min, max and not_slower_than (they can only tighten); its [defaults] are not used",
+    )
+    parser.add_argument(
+        "--noise",
+        type=Path,
+        help="base's perf-noise.json: each time case's spread over identical-code checks per GPU class "
+        "(python -m kernelgate.gate.noise --record), from which the report says what each slowdown check can see",
     )
     parser.add_argument(
         "--out", type=Path, default=Path("gate-report"), help="folder for report.md, verdict.json, ratios.png"
@@ -131,20 +138,31 @@ def judge(args: argparse.Namespace) -> Outcome:
         _check_args(args)
         thresholds = _thresholds(args)
         base, head = _load(args)
+        checks, spreads = _spreads(args.noise, str(head.machine["gpu_class"]))
 
         def rerun(suspects: list[Finding]) -> list[Finding]:
             remeasure(args.confirm_cmd, args.machine, {"base": base.commit, "head": head.commit}, suspects)
-            return evaluate(thresholds, *_load(args), selection=_selection(args))
+            return evaluate(thresholds, *_load(args), selection=_selection(args), spreads=spreads)
 
-        findings = correctness + evaluate(thresholds, base, head, selection=_selection(args))
+        findings = correctness + evaluate(thresholds, base, head, selection=_selection(args), spreads=spreads)
         if not args.no_confirm:
             findings = confirmed(findings, rerun)
     except GateError as exc:
         return dataclasses.replace(outcome, error=str(exc))
     added = tuple(f"{rule.label}: {rule.why}" for rule in thresholds.rules if rule.from_head)
     return Outcome(
-        args.machine, base.commit, head.commit, tuple(findings), gpu=str(head.machine["gpu"]), head_rules=added
-    )
+        args.machine, base.commit, head.commit, tuple(findings), gpu=str(head.machine["gpu"]), head_rules=added,
+        gpu_class=str(head.machine["gpu_class"]), noise_checks=checks,
+    )  # fmt: skip
+
+
+def _spreads(path: Path | None, gpu_class: str) -> tuple[int, dict[tuple[str, str], float]]:
+    if path is None:
+        return 0, {}
+    try:
+        return load_spreads(path, gpu_class)
+    except NoiseError as exc:
+        raise GateError(f"--noise {exc}") from exc
 
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:

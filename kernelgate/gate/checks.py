@@ -27,12 +27,15 @@ from kernelgate.asv_case import Case
 from kernelgate.gate import GateError
 from kernelgate.gate.asv_results import Measurement, Run
 from kernelgate.gate.findings import Finding, Verdict, human
+from kernelgate.gate.noise import resolution
 from kernelgate.gate.thresholds import Rule, Thresholds
 
 
-def evaluate(thresholds: Thresholds, base: Run, head: Run, selection: bool = False) -> list[Finding]:
+def evaluate(
+    thresholds: Thresholds, base: Run, head: Run, selection: bool = False, spreads: dict | None = None
+) -> list[Finding]:
     """All checks; with a ``selection`` (a --bench or --cases subset) a removed glob that matches no removed
-    case is not reported."""
+    case is not reported. ``spreads`` ({(benchmark, case): A/A spread}) give each slowdown its resolution."""
     gpu_class = str(head.machine["gpu_class"])
     if gpu_class not in thresholds.gpu_classes:
         covered = list(thresholds.gpu_classes)
@@ -47,7 +50,7 @@ def evaluate(thresholds: Thresholds, base: Run, head: Run, selection: bool = Fal
         *availability(rules, base, head),
         *invalid_times(base, head),
         *bounds(rules, head, thresholds.near_bound),
-        *slowdowns(thresholds, rules, base, head),
+        *slowdowns(thresholds, rules, base, head, spreads or {}),
         *orders(rules, head),
     ]
     return findings + coverage(thresholds, base, head, findings)
@@ -202,16 +205,21 @@ def _bound(rule: Rule, case: Case, m: Measurement, unit: str, check: str, bound:
     )  # fmt: skip
 
 
-def slowdowns(thresholds: Thresholds, rules: list[Rule], base: Run, head: Run) -> list[Finding]:
+def slowdowns(
+    thresholds: Thresholds, rules: list[Rule], base: Run, head: Run, spreads: dict[tuple[str, str], float]
+) -> list[Finding]:
     """Every time_* case head measured; one whose base time is not a time is reported by invalid_times."""
-    return [
-        _slowdown(thresholds, rules, case, base, h, head.units.get(case.benchmark, ""))
-        for case, h in head.measurements.items()
-        if case.kind == "time" and _usable(case, h) and not _not_a_time(case, base.measurements.get(case))
-    ]
+    judged = []
+    for case, h in head.measurements.items():
+        if case.kind == "time" and _usable(case, h) and not _not_a_time(case, base.measurements.get(case)):
+            spread = spreads.get((case.benchmark, case.label))
+            judged.append(_slowdown(thresholds, rules, case, base, h, head.units.get(case.benchmark, ""), spread))
+    return judged
 
 
-def _slowdown(thresholds: Thresholds, rules: list[Rule], case: Case, base: Run, h: Measurement, unit: str) -> Finding:
+def _slowdown(
+    thresholds: Thresholds, rules: list[Rule], case: Case, base: Run, h: Measurement, unit: str, spread: float | None
+) -> Finding:
     b = base.measurements.get(case)
     if b is None or not b.finite:
         reason = "new in head: not compared" if b is None else f"base has no value ({b.value}): not compared"
@@ -232,6 +240,7 @@ def _slowdown(thresholds: Thresholds, rules: list[Rule], case: Case, base: Run, 
         base=b.value, head=h.value, ratio=ratio, limit=f"≤ +{limit:.0%}", unit=unit, badness=ratio / (1 + limit),
         remeasure=(("base", case.asv_id), ("head", case.asv_id)),
         rule=rule.cited if rule else "default", near_miss=near_miss,
+        resolution=None if spread is None else resolution(spread, limit, thresholds.near_miss),
     )  # fmt: skip
 
 

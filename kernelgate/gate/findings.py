@@ -38,6 +38,9 @@ class Finding:
     # A slowdown read within the near_miss margin under its limit, or a floor or ceiling passed by less than near_bound:
     # re-measured as a suspect is.
     near_miss: bool = False
+    # A slowdown's: the smallest slowdown its rule reds nine times in ten, from the case's A/A spread
+    # (kernelgate/gate/noise.py); None where none is recorded for the GPU class.
+    resolution: float | None = None
     # The ratio first measured, where a re-measurement decided the finding (``ratio`` is the fresh one).
     first: float | None = None
 
@@ -73,6 +76,8 @@ class Outcome:
     error: str | None = None
     gpu: str = ""
     head_rules: tuple[str, ...] = ()  # the rules head's thresholds file adds, as label and why
+    gpu_class: str = ""
+    noise_checks: int = 0  # the identical-code checks whose spread gave the slowdowns their resolution
 
     @property
     def failures(self) -> list[Finding]:

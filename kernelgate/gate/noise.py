@@ -14,6 +14,10 @@ It then replays the gate on them: each check's first readings, re-measured by ev
 (independent process pairs on the same GPU class), judged with the thresholds' ``near_miss`` and
 each case's limit as the check of the newest base commit was judged (a check reads its thresholds
 from its base). A red pair is a false red the gate could give.
+
+``--record perf-noise.json`` keeps each case's spread for the GPU class, which the gate reads (``--noise``) to say
+per case what a green means: the smallest slowdown its rule catches nine times in ten (``resolution``), and how
+often identical code would read red (``red_rate`` of no slowdown).
 """
 
 import argparse
@@ -129,6 +133,74 @@ def replay(folders: list[Path], near_miss: float) -> Replay:
     return Replay(pairs, tuple(red), remeasured)
 
 
+def _normal_cdf(z: float) -> float:
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
+def red_rate(slowdown: float, spread: float, limit: float, near_miss: float, steps: int = 400) -> float:
+    """The chance that the gate's slowdown rule (``replay``) reds a case ``slowdown`` slower (0.03: 3%) whose
+    readings spread by ``spread`` (the standard deviation of log head/base between process pairs): the first
+    reading past ``limit`` less ``near_miss``, and a fresh one past that too with their geometric mean past
+    ``limit``. Both readings are the slowdown plus independent normal noise in log space."""
+    if spread <= 0:
+        return float(slowdown > limit)
+    s, bound, bar = math.log1p(slowdown), math.log1p(limit), math.log1p(limit - near_miss)
+    lo, hi = max(bar, s - 8 * spread), s + 8 * spread
+    if hi <= lo:
+        return 0.0
+    width = (hi - lo) / steps
+    total = 0.0
+    for i in range(steps):  # the first reading x over its density; the fresh one past max(bar, 2 * limit - x)
+        x = lo + (i + 0.5) * width
+        density = math.exp(-0.5 * ((x - s) / spread) ** 2) / (spread * math.sqrt(2 * math.pi))
+        total += density * (1 - _normal_cdf((max(bar, 2 * bound - x) - s) / spread)) * width
+    return total
+
+
+def resolution(spread: float, limit: float, near_miss: float, caught: float = 0.9) -> float:
+    """The smallest slowdown the gate reds ``caught`` of the time, for a case of this spread and limit."""
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if red_rate(mid, spread, limit, near_miss) >= caught else (mid, hi)
+    return hi
+
+
+def record(folders: list[Path], path: Path) -> tuple[str, int]:
+    """Write each case's spread over identical-code checks into ``path`` for their GPU class (the other classes'
+    are kept): {class: {"checks": N, "cases": {benchmark: {case: spread}}}}. Returns (class, checks)."""
+    gpu, cases = case_noise(folders)
+    table: dict[str, dict] = json.loads(path.read_text()) if path.exists() else {}
+    spreads: dict[str, dict[str, float]] = {}
+    for c in cases:
+        spreads.setdefault(c.benchmark, {})[c.case] = round(c.spread, 6)
+    table[gpu] = {"checks": len(folders), "cases": spreads}
+    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    return gpu, len(folders)
+
+
+def load_spreads(path: Path, gpu_class: str) -> tuple[int, dict[tuple[str, str], float]]:
+    """(checks, {(benchmark, case): spread}) recorded for ``gpu_class`` in ``path`` (``record``); none where the
+    class has no entry. Raises NoiseError naming what is malformed."""
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise NoiseError(f"{path}: unreadable ({exc})") from exc
+    entry = table.get(gpu_class) if isinstance(table, dict) else None
+    if entry is None:
+        return 0, {}
+    checks, cases = (entry.get("checks"), entry.get("cases")) if isinstance(entry, dict) else (None, None)
+    if not isinstance(checks, int) or checks < 2 or not isinstance(cases, dict):
+        raise NoiseError(f"{path}: {gpu_class}: needs checks (at least 2) and cases, as --record writes them")
+    spreads = {}
+    for benchmark, by_case in cases.items():
+        for case, spread in by_case.items() if isinstance(by_case, dict) else [(None, None)]:
+            if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not 0 <= spread < 1:
+                raise NoiseError(f"{path}: {gpu_class}: {benchmark} {case}: spread {spread!r} is not from 0 to 1")
+            spreads[benchmark, case] = float(spread)
+    return checks, spreads
+
+
 def table(gpu: str, checks: int, cases: list[CaseNoise], tight: float, rows: int) -> str:
     ranked = sorted(cases, key=lambda c: c.limit_in_spreads)
     under = [c for c in ranked if c.limit_in_spreads < tight]
@@ -156,11 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tight", type=float, default=3.0, help="flag limits under this many spreads")
     parser.add_argument("--rows", type=int, default=15, help="rows of the table, the tightest first")
     parser.add_argument("--thresholds", type=Path, default=Path("perf-thresholds.toml"), help="where near_miss is read")
+    parser.add_argument("--record", type=Path, metavar="JSON", help="keep each case's spread there (perf-noise.json)")
     args = parser.parse_args(argv)
     try:
         gpu, cases = case_noise(args.checks)
         near_miss = read_near_miss(args.thresholds)
         replayed = replay(args.checks, near_miss)
+        if args.record:
+            record(args.checks, args.record)
     except NoiseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

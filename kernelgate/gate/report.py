@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import statistics
 from pathlib import Path
 
 import matplotlib
@@ -49,6 +50,7 @@ def markdown(outcome: Outcome) -> str:
     else:
         counts = collections.Counter(f.verdict for f in outcome.findings)
         lines += [", ".join(f"{counts[v]} {v.value}" for v in Verdict) + " (cleared: re-measured as noise).", ""]
+        lines += _resolution(outcome)
         rows = worst_first(list(outcome.findings))
     if not rows:
         return "\n".join(lines)
@@ -63,6 +65,27 @@ def markdown(outcome: Outcome) -> str:
         lines += ["", f"… and {len(shown) - SHOWN_ROWS} more rows, less severe than those shown, in verdict.json."]
     chart = _ratio_chart(rows)
     return "\n".join([*lines, *_rules_cited(cited, shown[:SHOWN_ROWS]), *chart, *_head_rules(outcome), ""])
+
+
+def _resolution(outcome: Outcome) -> list[str]:
+    """What a green rules out: the slowdowns the time cases' checks red nine times in ten, from their A/A spread."""
+    slowdowns = [f for f in outcome.findings if f.check == "slowdown" and f.ratio is not None]
+    if not slowdowns:
+        return []
+    seen = sorted((f.resolution, f) for f in slowdowns if f.resolution is not None)
+    if not seen:
+        return [f"What a green means: no A/A spread is recorded for {outcome.gpu_class or 'this GPU class'} "
+                "(perf-noise.json), so the smallest slowdown each case would show is not known.", ""]  # fmt: skip
+    worst, case = seen[-1]
+    unknown = len(slowdowns) - len(seen)
+    return [
+        f"What a green means: from the spread of {outcome.noise_checks} identical-code checks on "
+        f"{outcome.gpu_class}, the {len(seen)} time cases compared would read red, nine times in ten, a slowdown "
+        f"of {statistics.median(r for r, _ in seen):.1%} (the median; each case's in its limit's \"sees\") to "
+        f"{worst:.1%} ({case.benchmark.split('.', 1)[-1]}, {case.case})"
+        + (f"; {unknown} more have no recorded spread." if unknown else "."),
+        "",
+    ]
 
 
 def _ratio_chart(rows: list[Finding]) -> list[str]:
@@ -157,7 +180,8 @@ def _folded_row(group: list[Finding], cited: dict[str, str]) -> str:
 
 def _table_row(f: Finding, verdict: str, case: str, ratio: str, why: str) -> str:
     kernel = f.benchmark.split(".", 1)[-1]  # the module name repeats the class's
-    cells = [verdict, kernel, case, f.check, human(f.base, f.unit), human(f.head, f.unit), ratio, f.limit, why]
+    limit = f.limit if f.resolution is None else f"{f.limit}, sees {f.resolution:.1%}"
+    cells = [verdict, kernel, case, f.check, human(f.base, f.unit), human(f.head, f.unit), ratio, limit, why]
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 

@@ -34,6 +34,9 @@ from kernelgate.prcheck import isolation, selection
 from kernelgate.prcheck.environments import RunnerError, overlay
 
 TRUSTED_FILES = ("perf-thresholds.toml", "pr-check.toml")
+# Each time case's spread over identical-code checks (python -m kernelgate.gate.noise --record), base's where it
+# has one: the report's resolution per case.
+NOISE_FILE = "perf-noise.json"
 # In the output folder: the judging files as the base commit has them, and head's (what it adds, never what it loosens).
 TRUSTED, FROM_HEAD = Path("trusted"), Path("trusted", "head")
 TEST_REPORT = Path("junit", "gpu-tests.xml")  # the GPU tests' JUnit XML, in the output folder
@@ -159,6 +162,8 @@ def write_trusted(base: str, head: str, out: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for name in TRUSTED_FILES:
             (folder / name).write_text(git("show", f"{commit}:{name}"))
+    if git("ls-tree", "--name-only", base, "--", NOISE_FILE).strip():
+        (out / TRUSTED / NOISE_FILE).write_text(git("show", f"{base}:{NOISE_FILE}"))
 
 
 def selected_plan(base: str, head: str, out: Path, full: str | None) -> "Plan":
@@ -437,6 +442,8 @@ def gate(plan: Plan, out: Path, junit: list[Path], steps: Steps, recorded: bool 
                 "--base-suite", str(out / "suites" / "base.json"), "--cases", str(out / "cases.json"),
                 "--failures", str(out / FAILURES), "--out", str(out / "gate"),
                 *[f"--junit={j}" for j in junit]]  # fmt: skip
+        if (out / TRUSTED / NOISE_FILE).is_file():
+            argv += ["--noise", str(out / TRUSTED / NOISE_FILE)]
         remeasure = [sys.executable, "-m", "kernelgate.prcheck", "remeasure", "--out", str(out)]
         remeasure += ["--recorded"] if recorded else []
         argv += ["--confirm-cmd", " ".join(remeasure) + " --base {base} --head {head} --regex {regex}"]
