@@ -97,7 +97,7 @@ def references_lines(plan: Plan) -> list[str]:
     told = [f"{name} {f['stored']} of {f['cases']} (timed by main at `{f['commit'][:12]}`)"
             for name, f in found.items()]  # fmt: skip
     return [f"Head's metrics read against the references' times stored for this environment: {', '.join(told)}; "
-            "the rest, and every floor passed narrowly, timed beside their references.", ""]  # fmt: skip
+            "the rest, and every floor or ceiling passed narrowly, timed beside their references.", ""]  # fmt: skip
 
 
 def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: int, earlier: list) -> str:
