@@ -2,7 +2,7 @@
 
 import time
 
-from kernelgate.measure.progress import Progress, heartbeat, last_line, lines_since, log_size
+from kernelgate.measure.progress import Progress, counted_in, heartbeat, last_line, lines_since, log_size
 
 
 def test_a_step_prints_where_it_stands_until_it_ends(tmp_path, capsys):
@@ -42,3 +42,18 @@ def test_values_that_finish_together_are_counted_as_their_log_says(tmp_path):
     assert "225/360 done" in progress.line()
     progress.counted(360, 360)
     assert "360/360 done" in progress.line() and progress.pending is None
+
+
+def test_warm_ups_are_counted_from_their_logs(tmp_path):
+    """The JIT warm-up's step line counts both commits' workloads as their logs say: those planned before the
+    first is done, then each log's last [done/total]; a log not yet written counts nothing."""
+    base, head, later = tmp_path / "base.log", tmp_path / "head.log", tmp_path / "later.log"
+    base.write_text("warming 10 workloads on 4 processes\n[1/10] rms_norm 8192x1024 bfloat16 fwd auto: 0.5 s\n"
+                    "[2/10] rms_norm 8192x1024 bfloat16 bwd auto: 0.4 s\n")  # fmt: skip
+    head.write_text("warming 30 workloads on 12 processes\n")
+    progress = Progress()
+    progress.counting = lambda: counted_in([base, head, later])
+    line = progress.line()
+    assert "2/40 done" in line and "s left" in line
+    head.write_text("warming 30 workloads on 12 processes\n[30/30] layer_norm 4096x4096 float32 fwd liger: 1 s\n")
+    assert "32/40 done" in progress.line()

@@ -3,6 +3,7 @@ what is done of how many, the time elapsed, an estimate of what is left, and the
 being watched (a worker's, the tests', the warm-ups')."""
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,8 @@ class Progress:
         # Items under way that finish together, and the fraction of their work done so far (a metrics class's
         # values, whose one setup_cache measures every case): counted in proportion.
         self.pending: tuple[int, Callable[[], float]] | None = None
+        # Where the count is read from the work's own output rather than reported: () -> (done, total).
+        self.counting: Callable[[], tuple[int, int]] | None = None
 
     def counted(self, done: int, total: int) -> None:
         self.done, self.total, self.pending = done, total, None
@@ -41,6 +44,8 @@ class Progress:
     def line(self) -> str:
         elapsed = time.perf_counter() - self.start
         parts = [f"{elapsed:.0f} s"]
+        if self.counting is not None:
+            self.done, self.total = self.counting()
         if self.total:
             done = self.done
             if self.pending is not None:
@@ -80,6 +85,28 @@ def lines_since(path: Path, offset: int, prefix: str) -> int:
     except OSError:
         return 0
     return sum(line.startswith(prefix) for line in text.splitlines())
+
+
+def counted_in(paths: list[Path]) -> tuple[int, int]:
+    """(done, total) of the ``[done/total]`` lines that JIT warm-ups print, summed over their logs: each log's
+    last such line, its ``warming N workloads`` before the first, all N once it is done."""
+    done = total = 0
+    for path in paths:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        counts = COUNT.findall(text)
+        planned = PLANNED.search(text)
+        if counts:
+            done, total = done + int(counts[-1][0]), total + int(counts[-1][1])
+        elif planned:
+            total += int(planned[1])
+    return done, total
+
+
+COUNT = re.compile(r"^\[(\d+)/(\d+)\] ", re.MULTILINE)
+PLANNED = re.compile(r"^warming (\d+) workloads", re.MULTILINE)
 
 
 def log_size(path: Path) -> int:

@@ -29,6 +29,7 @@ from kernelgate.asv_case import Case
 from kernelgate.measure import references, results, shards, workers
 from kernelgate.measure.device_info import machine_entry
 from kernelgate.measure.parallel import available_cpus, default_jobs
+from kernelgate.measure.progress import Progress, counted_in
 from kernelgate.measure.steps import Steps
 from kernelgate.prcheck import isolation, selection
 from kernelgate.prcheck.environments import RunnerError, overlay
@@ -297,6 +298,7 @@ def warm_up(plan: Plan, steps: Steps, cases: dict[str, list[Case]], stored: Path
         cases = {**cases, "head": [c for c in cases["head"] if c.kind == "time" or store_name(c) not in found]}
     with steps("JIT warm-up"), contextlib.ExitStack() as stack:
         running, jobs = [], default_jobs(12)
+        steps.progress.counting = lambda: counted_in([log for _, _, log in running])
         # A third of the processes for base: head's torch.compile work is the longer path.
         options = {"base": ["--without-references", f"--jobs={max(1, jobs // 3)}"], "head": [f"--jobs={jobs}"]}
         for role, extra in options.items():
@@ -475,8 +477,10 @@ def explain(plan: Plan, out: Path, steps: Steps) -> None:
     with steps("explain"), contextlib.suppress(Exception):  # evidence, never a verdict: what broke is said instead
         deadline = time.monotonic() + EXPLAIN_SECONDS
         (out / EXPLAIN).write_text("Not explained: the step stopped before it compared the kernels.\n")
+        steps.progress.counted(0, 1 + 2 * len(case_ids))  # both compiles, then each call's two profiles
         codes = compiled_kernels(plan, case_ids)
-        profiles, unprofiled = profiled_calls(plan, case_ids, deadline)
+        steps.progress.counted(1, 1 + 2 * len(case_ids))
+        profiles, unprofiled = profiled_calls(plan, case_ids, deadline, steps.progress)
         (out / EXPLAIN).write_text(unprofiled + report(codes["base"], codes["head"], case_ids, profiles, calls))
 
 
@@ -502,7 +506,7 @@ def compiled_kernels(plan: Plan, case_ids: list[str]) -> dict[str, dict]:
     return codes
 
 
-def profiled_calls(plan: Plan, case_ids: list[str], deadline: float) -> tuple[dict, str]:
+def profiled_calls(plan: Plan, case_ids: list[str], deadline: float, progress: Progress) -> tuple[dict, str]:
     """({case id: {role: [KernelProfile] or why not}}, a line saying why nothing was profiled, or ""): the worst
     cases first, base then head, each commit's call profiled by Nsight Compute until ``deadline``."""
     from kernelgate.explain import profile
@@ -520,6 +524,7 @@ def profiled_calls(plan: Plan, case_ids: list[str], deadline: float) -> tuple[di
             side = plan.side(role)
             pair[role] = profile.profile_case(tool, str(side.python), case_id, timeout=left, cwd=side.tree,
                                               env=side.env, **side.as_user)  # fmt: skip
+            progress.counted(progress.done + 1, progress.total)
         profiles[case_id] = pair
     return profiles, ""
 
