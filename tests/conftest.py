@@ -29,6 +29,12 @@ def pytest_addoption(parser):
         help="fail instead of skipping tests that need a CUDA device",
     )
     parser.addoption("--perf", action="store_true", help="collect the pytest-benchmark suite in tests/perf")
+    parser.addoption(
+        "--explain",
+        action="store_true",
+        help="with --perf: keep each kernel's compiled code (and on a GPU, its Nsight Compute profile) in the "
+        "benchmark's extra_info; with --benchmark-compare, say what changed from the saved run",
+    )
     parser.addoption("--shard", default="1/1", metavar="K/N", help="run the K-th of N disjoint shares of the tests")
 
 

@@ -17,6 +17,7 @@ from kernelgate.explain import changes as changes_module
 from kernelgate.explain import profile
 from kernelgate.explain.compiled import KernelCode, instruction_mix, kernel_code, occupancy
 from kernelgate.explain.diff import changes, table, why
+from kernelgate.explain.report import between_runs
 from kernelgate.kernels.device import interpreter_mode
 from kernelgate.kernels.rms_norm.config import heuristic_config
 from kernelgate.kernels.rms_norm.ops import backward_launch, forward_launch
@@ -227,3 +228,22 @@ def test_a_change_is_explained_for_the_suites_it_selects(tmp_path, monkeypatch):
     asked.clear()
     nothing = changes_module.explain_change("HEAD~1", "HEAD", "H200", tmp_path / "work")
     assert "It selects no kernel's group" in nothing and not asked
+
+
+def test_the_inner_loop_says_what_changed_since_the_saved_run():
+    """``nox -s perf -- --explain`` saves each benchmark's compiled kernels and profile in extra_info; compared with
+    a saved run, only the benchmarks whose kernels or call changed are shown, each with its why line."""
+    pages = Path(__file__).parent / "fixtures" / "ncu"
+    measured = {name: [dataclasses.asdict(k) for k in profile.parse((pages / f"{name}.csv").read_text())]
+                for name in ("rms-8192x2048-bf16-fwd-base", "rms-8192x2048-bf16-fwd-added-fill")}  # fmt: skip
+    kernels = [dataclasses.asdict(_forward(2048))]
+    saved = {"test_norm[a]": {"kernels": kernels, "profile": measured["rms-8192x2048-bf16-fwd-base"]},
+             "test_norm[b]": {"kernels": kernels}}  # fmt: skip
+    assert "of 2 benchmarks are the same as the saved run's" in between_runs(saved, saved)
+    fewer_warps = [dataclasses.asdict(_forward(2048, num_warps=_forward(2048).warps // 2))]
+    now = {"test_norm[a]": {"kernels": kernels, "profile": measured["rms-8192x2048-bf16-fwd-added-fill"]},
+           "test_norm[b]": {"kernels": fewer_warps}}  # fmt: skip
+    text = between_runs(saved, now)
+    first, second = text.split("test_norm b")  # a name, as the report quotes it (no brackets)
+    assert "- why: kernels the GPU ran for a call 1 → 2 (added vectorized_elementwise_kernel)" in first
+    assert "warps a program" in second

@@ -93,3 +93,50 @@ def report(
             lines += [f"- why: {why(*kernels, measured=measured)}", "", table(*kernels), ""]
         lines += profile_lines
     return "\n".join(lines)
+
+
+def between_runs(before: dict[str, dict], after: dict[str, dict]) -> str:
+    """Markdown for two pytest-benchmark runs' extra_info (``nox -s perf -- --explain``), by benchmark name: where a
+    benchmark's compiled kernels or its call's profile changed from the saved run, its why line and tables; one
+    line when none did."""
+    from kernelgate.explain import profile
+
+    names = sorted(name for name in set(before) & set(after) if "kernels" in before[name] and "kernels" in after[name])
+    base, head = {name: before[name]["kernels"] for name in names}, {name: after[name]["kernels"] for name in names}
+    profiles = {}
+    for name in names:
+        if "profile" in before[name] and "profile" in after[name]:
+            profiles[name] = {"base": _profiled(before[name]["profile"]), "head": _profiled(after[name]["profile"])}
+    changed = [name for name in names if _differs(base[name], head[name], profiles.get(name), profile.changes)]
+    if not changed:
+        measured = " and their profiles" if profiles else ""
+        return f"The compiled kernels{measured} of {len(names)} benchmarks are the same as the saved run's.\n"
+    return report(base, head, changed, profiles)
+
+
+def _profiled(entry) -> list | str:
+    """A run's saved profile of a call: its kernels (``KernelProfile``), or why there is none."""
+    from kernelgate.explain.profile import KernelProfile
+
+    if isinstance(entry, str):
+        return entry
+    try:
+        return [KernelProfile(**kernel) for kernel in entry]
+    except TypeError as exc:
+        return f"not a saved profile ({_said(exc)})"
+
+
+def _differs(base, head, profiled: dict | None, profile_changes) -> bool:
+    """Whether a benchmark's compiled kernels or its call's profile changed between two runs."""
+    if isinstance(base, dict) or isinstance(head, dict):  # one was not compiled: a change only if the reason is
+        compiled_changed = base != head
+    else:
+        try:
+            compiled_changed = bool(changes(_kernels(base), _kernels(head)))
+        except (TypeError, ValueError):
+            compiled_changed = True
+    if profiled is None or compiled_changed:
+        return compiled_changed
+    if any(isinstance(p, str) for p in profiled.values()):
+        return profiled["base"] != profiled["head"]
+    return bool(profile_changes(profiled["base"], profiled["head"]))

@@ -6,9 +6,17 @@
 * Without a GPU the run is a smoke run (Triton interpreter, tiny sizes); the
   header and the summary say so.
 * ``record_perf`` adds a benchmark's derived metrics to its extra_info.
+* ``record_kernels`` (``--explain``) adds what the case's kernels compile to and, on a GPU with Nsight Compute,
+  what its call did there; ``--benchmark-compare`` then says what changed from the saved run
+  (``kernelgate.explain.report.between_runs``).
 """
 
+import dataclasses
 import functools
+import json
+import os
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable
 
@@ -21,6 +29,7 @@ from kernelgate.measure.device_info import device_info
 
 SMOKE_NOTE = "SMOKE RUN: Triton interpreter on CPU at tiny sizes; these are interpreter timings, not GPU timings"
 MISMATCHES = pytest.StashKey[list[str]]()
+SAVED = pytest.StashKey[dict[str, dict]]()  # the compared saved run's extra_info, by benchmark
 
 device = functools.cache(device_info)  # runs nvidia-smi: once per process
 
@@ -38,6 +47,8 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 
 
 def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
+    runs = compared_benchmark.get("benchmarks", [])
+    config.stash[SAVED] = {run["fullname"]: run.get("extra_info", {}) for run in runs if "fullname" in run}
     saved = compared_benchmark["machine_info"]
     differing = [
         f"{key}: saved {saved.get(key)!r}, now {machine_info[key]!r}"
@@ -60,6 +71,12 @@ def pytest_terminal_summary(terminalreporter, config):
             terminalreporter.write_sep("!", text, red=True, bold=True)
         if config.getoption("--perf") and interpreter_mode():
             terminalreporter.write_sep("!", SMOKE_NOTE, yellow=True, bold=True)
+        if config.getoption("--explain") and SAVED in config.stash:
+            from kernelgate.explain.report import between_runs
+
+            now = {run.fullname: run.extra_info for run in config._benchmarksession.benchmarks}
+            terminalreporter.write_sep("-", "what changed in the kernels since the saved run (--explain)")
+            terminalreporter.write_line(between_runs(config.stash[SAVED], now))
 
 
 @pytest.fixture
@@ -89,5 +106,30 @@ def record_perf(benchmark) -> Callable:
             if baseline is not None:
                 info["speedup_vs_baseline"] = timing.ratio(baseline, fn)
         benchmark.extra_info.update(info)
+
+    return record
+
+
+@pytest.fixture
+def record_kernels(benchmark, request) -> Callable[[str], None]:
+    """``record_kernels(case_id)`` with ``--explain``: the asv case's kernels as they compile for sm_90 (no GPU
+    needed) and, on a GPU with Nsight Compute, one call's profile, in extra_info."""
+
+    def record(case_id: str) -> None:
+        if not request.config.getoption("--explain") or not benchmark.enabled:
+            return
+        from kernelgate.explain import profile
+
+        # In a process of its own: under Triton's interpreter (a smoke run) the kernels compile to nothing.
+        env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+        argv = [sys.executable, "-m", "kernelgate.explain", "compiled", case_id, "--gpu-class", device()["gpu_class"]]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        why_not = {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+        benchmark.extra_info["kernels"] = json.loads(done.stdout)[case_id] if done.returncode == 0 else why_not
+        tool = profile.ncu() if timing.gpu_timing() else None
+        if tool is not None:
+            found = profile.profile_case(tool, sys.executable, case_id, timeout=300)
+            saved = found if isinstance(found, str) else [dataclasses.asdict(kernel) for kernel in found]
+            benchmark.extra_info["profile"] = saved
 
     return record

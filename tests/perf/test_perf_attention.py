@@ -33,7 +33,7 @@ def ready(case, impl):
 
 @pytest.mark.parametrize("impl", [*ACCUM_MODES, *ATTENTION_REFERENCES])
 @pytest.mark.parametrize("config", list(BENCH_CONFIGS))
-def test_attention_backward(benchmark, record_perf, config, impl):
+def test_attention_backward(benchmark, record_perf, record_kernels, config, impl):
     case = BENCH_CONFIGS[config]
     benchmark.group = f"attention backward {config}"
     fn = ready(case, impl)
@@ -41,3 +41,5 @@ def test_attention_backward(benchmark, record_perf, config, impl):
     fa2_runs = case.dim_qk == case.dim_v
     baseline = ready(case, ATTENTION_BASELINE) if fa2_runs and impl != ATTENTION_BASELINE else None
     record_perf(fn, flops=case.flops_backward(), baseline=baseline)
+    if impl in ACCUM_MODES:  # this project's kernels: profiled on a GPU (TileLang's are not compiled here)
+        record_kernels(f"bench_attention.AttentionBackward.time_backward{(config, impl)!r}")

@@ -34,8 +34,8 @@ def _cases():
 
 
 @pytest.mark.parametrize(("kernel", "shape", "dtype", "direction", "impl"), _cases())
-def test_norm(benchmark, record_perf, kernel, shape, dtype, direction, impl):
-    op, _ = ROW_OPS[kernel]
+def test_norm(benchmark, record_perf, record_kernels, kernel, shape, dtype, direction, impl):
+    op, grid = ROW_OPS[kernel]
     if impl in bandwidth.GPU_ONLY_REFERENCES and not timing.gpu_timing():
         pytest.skip(f"{impl} is a GPU reference; not run in interpreter smoke mode")
     table_case = op.bench_case(shape, dtype)
@@ -45,3 +45,5 @@ def test_norm(benchmark, record_perf, kernel, shape, dtype, direction, impl):
     benchmark(timing.back_to_back(replayed))
     baseline = op.replayed(case, bandwidth.BASELINE, direction) if impl != bandwidth.BASELINE else None
     record_perf(replayed, nbytes=case.bytes_moved(direction), baseline=baseline)
+    if impl in grid.variants:  # this project's kernels; the references' are not compiled here
+        record_kernels(f"bench_{kernel}.{grid.name}.{grid.time_method}{(shape, dtype, direction, impl)!r}")
