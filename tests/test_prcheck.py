@@ -880,7 +880,7 @@ def test_the_merged_report_gathers_each_red_shards_explanation(shard_run, tmp_pa
     (one / check.EXPLAIN).write_text("**`case one`**\n\n- why: fused_bwd_kernel spills\n")
     (two / check.EXPLAIN).write_text("**`case two`**\n\n- why: kernels a call launches 2 → 3\n")
     _, _, report = _merge(run, tmp_path / "verdict")
-    section = report.split("## What changed in the compiled kernels", 1)[1]
+    section = report.split("## What changed in the kernels", 1)[1]
     assert "fused_bwd_kernel spills" in section and "kernels a call launches 2 → 3" in section
 
 

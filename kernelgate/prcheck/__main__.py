@@ -141,9 +141,10 @@ def report(out: Path, plan: Plan | None, steps: Steps, error: str | None, code: 
         lines += [gate_report.read_text()]
     explained = out / check.EXPLAIN
     if explained.is_file():
-        lines += ["## What changed in the compiled kernels", "",
-                  "The worst failing cases, each commit's kernels compiled for sm_90 with its own launchers "
-                  "(`python -m kernelgate.explain`):", "", explained.read_text(), ""]  # fmt: skip
+        lines += ["## What changed in the kernels", "",
+                  "The worst failing calls: each commit's kernels compiled for sm_90 with its own launchers, and one "
+                  "call profiled on the GPU with Nsight Compute (`python -m kernelgate.explain`):", "",
+                  explained.read_text(), ""]  # fmt: skip
     lines += ["## Steps", "", steps.table(earlier), ""]
     text = "\n".join(lines)
     (out / "report.md").write_text(text)
