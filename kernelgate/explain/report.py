@@ -4,6 +4,7 @@ a pull request's head's included: what it holds is checked before it is printed.
 
 import re
 
+from kernelgate.explain import profile
 from kernelgate.explain.diff import changes, ranked, table, why
 
 
@@ -64,8 +65,6 @@ def report(
     the case ({"base": [KernelProfile] or why there is none, "head": ...}), the table of what Nsight Compute
     measured of each commit's call, whose changes join the "why" line. ``calls`` names, per case, the other
     failing cases that make the same call (``kernelgate.explain.cases.same_call``)."""
-    from kernelgate.explain import profile
-
     lines = []
     for case_id in case_ids or sorted(set(base) & set(head)):
         b, h = base.get(case_id), head.get(case_id)
@@ -99,15 +98,13 @@ def between_runs(before: dict[str, dict], after: dict[str, dict]) -> str:
     """Markdown for two pytest-benchmark runs' extra_info (``nox -s perf -- --explain``), by benchmark name: where a
     benchmark's compiled kernels or its call's profile changed from the saved run, its why line and tables; one
     line when none did."""
-    from kernelgate.explain import profile
-
     names = sorted(name for name in set(before) & set(after) if "kernels" in before[name] and "kernels" in after[name])
     base, head = {name: before[name]["kernels"] for name in names}, {name: after[name]["kernels"] for name in names}
     profiles = {}
     for name in names:
         if "profile" in before[name] and "profile" in after[name]:
             profiles[name] = {"base": _profiled(before[name]["profile"]), "head": _profiled(after[name]["profile"])}
-    changed = [name for name in names if _differs(base[name], head[name], profiles.get(name), profile.changes)]
+    changed = [name for name in names if _differs(base[name], head[name], profiles.get(name))]
     if not changed:
         measured = " and their profiles" if profiles else ""
         return f"The compiled kernels{measured} of {len(names)} benchmarks are the same as the saved run's.\n"
@@ -116,17 +113,15 @@ def between_runs(before: dict[str, dict], after: dict[str, dict]) -> str:
 
 def _profiled(entry) -> list | str:
     """A run's saved profile of a call: its kernels (``KernelProfile``), or why there is none."""
-    from kernelgate.explain.profile import KernelProfile
-
     if isinstance(entry, str):
         return entry
     try:
-        return [KernelProfile(**kernel) for kernel in entry]
+        return [profile.KernelProfile(**kernel) for kernel in entry]
     except TypeError as exc:
         return f"not a saved profile ({_said(exc)})"
 
 
-def _differs(base, head, profiled: dict | None, profile_changes) -> bool:
+def _differs(base, head, profiled: dict | None) -> bool:
     """Whether a benchmark's compiled kernels or its call's profile changed between two runs."""
     if isinstance(base, dict) or isinstance(head, dict):  # one was not compiled: a change only if the reason is
         compiled_changed = base != head
@@ -139,4 +134,4 @@ def _differs(base, head, profiled: dict | None, profile_changes) -> bool:
         return compiled_changed
     if any(isinstance(p, str) for p in profiled.values()):
         return profiled["base"] != profiled["head"]
-    return bool(profile_changes(profiled["base"], profiled["head"]))
+    return bool(profile.changes(profiled["base"], profiled["head"]))

@@ -166,17 +166,15 @@ def resolution(spread: float, limit: float, near_miss: float, caught: float = 0.
     return hi
 
 
-def record(folders: list[Path], path: Path) -> tuple[str, int]:
-    """Write each case's spread over identical-code checks into ``path`` for their GPU class (the other classes'
-    are kept): {class: {"checks": N, "cases": {benchmark: {case: spread}}}}. Returns (class, checks)."""
-    gpu, cases = case_noise(folders)
+def record(gpu: str, checks: int, cases: list[CaseNoise], path: Path) -> None:
+    """Write each case's spread over ``checks`` identical-code checks into ``path`` for their GPU class (the other
+    classes' are kept): {class: {"checks": N, "cases": {benchmark: {case: spread}}}}."""
     table: dict[str, dict] = json.loads(path.read_text()) if path.exists() else {}
     spreads: dict[str, dict[str, float]] = {}
     for c in cases:
         spreads.setdefault(c.benchmark, {})[c.case] = round(c.spread, 6)
-    table[gpu] = {"checks": len(folders), "cases": spreads}
+    table[gpu] = {"checks": checks, "cases": spreads}
     path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-    return gpu, len(folders)
 
 
 def load_spreads(path: Path, gpu_class: str) -> tuple[int, dict[tuple[str, str], float]]:
@@ -235,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         near_miss = read_near_miss(args.thresholds)
         replayed = replay(args.checks, near_miss)
         if args.record:
-            record(args.checks, args.record)
+            record(gpu, len(args.checks), cases, args.record)
     except NoiseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
